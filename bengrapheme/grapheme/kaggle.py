@@ -1,8 +1,18 @@
-"""The Bengali.AI (Kaggle bengaliai-cv19) file layout: constants, writer, reader.
+"""The Bengali.AI (Kaggle bengaliai-cv19) file layout: constants, writer, reader, validation.
 
 Images are stored "wide": one parquet row per image, column `image_id` plus 32,332 uint8
 pixel columns named '0'..'32331' (row-major 137x236, 0 = black ink, 255 = white paper).
+
+The reader takes a data dir exactly as Kaggle ships it (it may be read-only) and checks it
+before anything is converted: every problem raises `DataError` naming the file, the row or
+field, and what was expected, so a broken download fails at once instead of mid-training.
 """
+import csv
+import dataclasses
+import os
+import pathlib
+import re
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -13,6 +23,17 @@ PIXEL_COLUMNS = [str(i) for i in range(NUM_PIXELS)]
 COMPONENTS = ('grapheme_root', 'vowel_diacritic', 'consonant_diacritic')
 NUM_CLASSES = (168, 11, 7)
 NUM_SHARDS = 4  # train_image_data_{0..3}.parquet, test_image_data_{0..3}.parquet
+SPLITS = ('train', 'test')
+TEST_LABELS = 'test_labels.csv'  # answers written by our synthetic generator; Kaggle has none
+LABEL_COLUMNS = ('image_id',) + COMPONENTS + ('grapheme',)
+TEST_COLUMNS = ('row_id', 'image_id', 'component')
+# Pixel columns are converted this many at a time: the Arrow data of a block stays small and
+# its transpose into row-major order stays in cache.
+COLUMN_BLOCK = 1024
+
+
+class DataError(ValueError):
+  """The data dir does not match the Kaggle layout; the message says which file and where."""
 
 
 def image_parquet_name(split, shard):
@@ -30,3 +51,276 @@ def write_image_parquet(path, image_ids, images):
   columns += [pa.array(flat[:, i]) for i in range(NUM_PIXELS)]
   table = pa.Table.from_arrays(columns, names=['image_id'] + PIXEL_COLUMNS)
   pq.write_table(table, path, row_group_size=max(len(images), 1))
+
+
+@dataclasses.dataclass
+class Split:
+  """A validated split: images in their canonical order, and where each one is stored.
+
+  Train order is train.csv order; test order is the order in which image ids first appear
+  in test.csv. `shards` lists (parquet path, image ids in file row order).
+  """
+  image_ids: list
+  labels: np.ndarray  # int32 [N, 3] in COMPONENTS order, -1 where unknown
+  graphemes: list  # grapheme strings, '' where unknown
+  shards: list
+
+
+def source_files(data_dir, split):
+  """The files a split is read from, in a fixed order (CSV files first)."""
+  _check_split(split)
+  data_dir = pathlib.Path(data_dir)
+  names = [f'{split}.csv'] + [image_parquet_name(split, s) for s in range(NUM_SHARDS)]
+  if split == 'test' and (data_dir / TEST_LABELS).exists():
+    names.append(TEST_LABELS)
+  paths = [data_dir / name for name in names]
+  for path in paths:
+    if not path.is_file():
+      raise DataError(f'{path}: file is missing; the {split} split needs '
+                      f'{split}.csv and {image_parquet_name(split, "{0..3}")} in {data_dir}')
+  return paths
+
+
+def validate(data_dir, split):
+  """Checks a split's CSV and parquet files against each other; returns a `Split`.
+
+  Reads only the image ids from the parquet files, not the pixels (whose dtype the schema
+  check covers), so it is quick even on the 6.5 GB train set.
+  """
+  paths = source_files(data_dir, split)
+  csv_path, parquet_paths = paths[0], paths[1:1 + NUM_SHARDS]
+  if split == 'train':
+    image_ids, labels, graphemes = _read_label_csv(csv_path)
+  else:
+    image_ids = list(dict.fromkeys(image_id for _, image_id, _ in test_rows(data_dir)))
+    labels = np.full((len(image_ids), len(COMPONENTS)), -1, np.int32)
+    graphemes = [''] * len(image_ids)
+    if len(paths) > 1 + NUM_SHARDS:
+      labels, graphemes = _test_labels(paths[-1], csv_path, image_ids)
+  shards = [(path, read_image_ids(path)) for path in parquet_paths]
+  _check_same_ids(csv_path, image_ids, shards)
+  return Split(image_ids, labels, graphemes, shards)
+
+
+def test_rows(data_dir):
+  """test.csv as a list of (row_id, image_id, component) in file order, validated."""
+  path = pathlib.Path(data_dir) / 'test.csv'
+  rows = []
+  components = {}
+  for line, row in _read_csv(path, TEST_COLUMNS):
+    row_id, image_id, component = row['row_id'], row['image_id'], row['component']
+    where = f'{path}: line {line} (image_id {image_id!r})'
+    if component not in COMPONENTS:
+      raise DataError(f'{where}: component {component!r} is not one of '
+                      f'{", ".join(sorted(COMPONENTS))}')
+    if row_id != f'{image_id}_{component}':
+      raise DataError(f'{where}: row_id {row_id!r} is not '
+                      f'{image_id + "_" + component!r} (image_id_component)')
+    components.setdefault(image_id, []).append(component)
+    rows.append((row_id, image_id, component))
+  for image_id, found in components.items():
+    if sorted(found) != sorted(COMPONENTS):
+      raise DataError(f'{path}: image_id {image_id!r} has {len(found)} rows with components '
+                      f'{found}; expected three rows, one for each of {list(COMPONENTS)}')
+  return rows
+
+
+def read_image_ids(path):
+  """Checks a wide image parquet's schema and returns its image ids in row order."""
+  parquet = _open_parquet(path)
+  schema = parquet.schema_arrow
+  if schema.names.count('image_id') != 1:
+    raise DataError(f'{path}: {schema.names.count("image_id")} columns "image_id"; expected '
+                    f"one, plus pixel columns '0'..'{NUM_PIXELS - 1}'")
+  image_id_type = schema.field('image_id').type
+  if not (pa.types.is_string(image_id_type) or pa.types.is_large_string(image_id_type)
+          or pa.types.is_string_view(image_id_type)):
+    raise DataError(f'{path}: column "image_id" is {image_id_type}; expected strings')
+  index_columns = _index_columns(schema)
+  pixel_names = [f.name for f in schema if f.name != 'image_id' and f.name not in index_columns]
+  _check_pixel_columns(path, schema, pixel_names)
+  image_ids = parquet.read(columns=['image_id']).column('image_id')
+  if image_ids.null_count:
+    row = image_ids.is_null().to_pylist().index(True)
+    raise DataError(f'{path}: row {row}: image_id is missing')
+  image_ids = image_ids.to_pylist()
+  _check_unique(path, image_ids, 'row', lambda i: i)
+  return image_ids
+
+
+def read_image_rows(path, out, rows):
+  """Reads a wide image parquet's pixels into out[rows[k]] for its k-th row.
+
+  out: a [N, 32332] uint8 array (an np.memmap works, so a whole split never has to fit in
+  memory). The schema must have passed `read_image_ids`. Columns are decoded a block at a
+  time into a column-major buffer (contiguous copies) and transposed into the rows: writing
+  one column at a time into row-major memory would miss the cache on every byte.
+  """
+  parquet = _open_parquet(path)
+  rows = np.asarray(rows)
+  start = 0
+  for group in range(parquet.num_row_groups):
+    num_rows = parquet.metadata.row_group(group).num_rows
+    dest = rows[start:start + num_rows]
+    start += num_rows
+    for begin in range(0, NUM_PIXELS, COLUMN_BLOCK):
+      names = PIXEL_COLUMNS[begin:begin + COLUMN_BLOCK]
+      table = parquet.read_row_group(group, columns=names)
+      block = np.empty((len(names), num_rows), np.uint8)
+      for j, column in enumerate(table.columns):
+        if column.null_count:
+          row = start - num_rows + column.is_null().to_pylist().index(True)
+          raise DataError(f'{path}: row {row}: pixel column {names[j]!r} is missing; '
+                          'expected uint8 values')
+        block[j] = column.to_numpy()
+      out[dest, begin:begin + len(names)] = block.T
+
+
+def _check_split(split):
+  if split not in SPLITS:
+    raise ValueError(f'split must be one of {SPLITS}, got {split!r}')
+
+
+def _open_parquet(path):
+  try:
+    return pq.ParquetFile(path)
+  except (OSError, pa.ArrowException) as e:
+    raise DataError(f'{path}: cannot be read as parquet: {e}') from e
+
+
+def _index_columns(schema):
+  """Names of extra pandas index columns, which some copies of the data carry."""
+  names = set()
+  if schema.pandas_metadata:
+    # RangeIndex entries are dicts (stored as metadata only, not as a column).
+    names.update(c for c in schema.pandas_metadata.get('index_columns', []) if isinstance(c, str))
+  for field in schema:
+    unnamed = (field.name in ('', 'index') or field.name.startswith('Unnamed')
+               or re.fullmatch(r'__index_level_\d+__', field.name))
+    if unnamed and pa.types.is_integer(field.type):
+      names.add(field.name)
+  return names
+
+
+def _check_pixel_columns(path, schema, pixel_names):
+  expected = set(PIXEL_COLUMNS)
+  unexpected = [name for name in pixel_names if name not in expected]
+  if unexpected:
+    raise DataError(f'{path}: unexpected column {unexpected[0]!r} ({len(unexpected)} in all); '
+                    f"expected image_id plus pixel columns '0'..'{NUM_PIXELS - 1}'")
+  if len(set(pixel_names)) != len(pixel_names):
+    seen = set()
+    duplicate = next(name for name in pixel_names if name in seen or seen.add(name))
+    raise DataError(f'{path}: pixel column {duplicate!r} appears more than once')
+  if len(pixel_names) != NUM_PIXELS:
+    missing = [name for name in PIXEL_COLUMNS if name not in set(pixel_names)]
+    raise DataError(f'{path}: {len(pixel_names)} pixel columns, expected {NUM_PIXELS} '
+                    f"named '0'..'{NUM_PIXELS - 1}'; missing column {missing[0]!r}")
+  for name in pixel_names:
+    if schema.field(name).type != pa.uint8():
+      raise DataError(f'{path}: pixel column {name!r} is {schema.field(name).type}; '
+                      'expected uint8')
+
+
+def _read_csv(path, required):
+  """Yields (line number, row dict) for each data row; checks the header and field count."""
+  try:
+    with open(path, newline='', encoding='utf-8-sig') as f:
+      reader = csv.reader(f)
+      header = next(reader, None)
+      if header is None:
+        raise DataError(f'{path}: file is empty; expected a header with {", ".join(required)}')
+      missing = [name for name in required if name not in header]
+      if missing:
+        raise DataError(f'{path}: header has no column {missing[0]!r}; expected columns '
+                        f'{", ".join(required)} (found {", ".join(header)})')
+      count = 0
+      for row in reader:
+        if not row:
+          continue
+        if len(row) != len(header):
+          raise DataError(f'{path}: line {reader.line_num}: {len(row)} fields, expected '
+                          f'{len(header)} ({", ".join(header)})')
+        count += 1
+        yield reader.line_num, dict(zip(header, row))
+  except UnicodeDecodeError as e:
+    raise DataError(f'{path}: not UTF-8 text: {e}') from e
+  if not count:
+    raise DataError(f'{path}: no data rows; expected at least one image')
+
+
+def _read_label_csv(path):
+  """Reads image_id, the three labels and grapheme from train.csv or test_labels.csv."""
+  image_ids, labels, graphemes, lines = [], [], [], []
+  for line, row in _read_csv(path, LABEL_COLUMNS):
+    image_id = row['image_id']
+    if not image_id:
+      raise DataError(f'{path}: line {line}: image_id is empty')
+    labels.append([_parse_label(path, line, image_id, row, i) for i in range(len(COMPONENTS))])
+    image_ids.append(image_id)
+    graphemes.append(row['grapheme'])
+    lines.append(line)
+  _check_unique(path, image_ids, 'line', lambda i: lines[i])
+  return image_ids, np.array(labels, np.int32), graphemes
+
+
+def _parse_label(path, line, image_id, row, i):
+  name, value = COMPONENTS[i], row[COMPONENTS[i]]
+  expected = f'expected an integer in [0, {NUM_CLASSES[i]})'
+  if not re.fullmatch(r'-?[0-9]+', value.strip()):
+    raise DataError(f'{path}: line {line} (image_id {image_id!r}): {name} {value!r} is not '
+                    f'an integer; {expected}')
+  label = int(value)
+  if not 0 <= label < NUM_CLASSES[i]:
+    raise DataError(f'{path}: line {line} (image_id {image_id!r}): {name} {label} is out of '
+                    f'range; {expected}')
+  return label
+
+
+def _test_labels(path, test_csv, image_ids):
+  """Labels and graphemes from test_labels.csv, in the order of image_ids."""
+  label_ids, labels, graphemes = _read_label_csv(path)
+  position = {image_id: i for i, image_id in enumerate(label_ids)}
+  missing = [image_id for image_id in image_ids if image_id not in position]
+  if missing:
+    raise DataError(f'{path}: no labels for image_id {missing[0]!r} of {test_csv} '
+                    f'({len(missing)} such images); expected one row per test image')
+  if len(label_ids) != len(image_ids):
+    known = set(image_ids)
+    extra = next(image_id for image_id in label_ids if image_id not in known)
+    raise DataError(f'{path}: image_id {extra!r} is not in {test_csv}; expected labels only '
+                    'for test images')
+  order = [position[image_id] for image_id in image_ids]
+  return labels[order], [graphemes[i] for i in order]
+
+
+def _check_unique(path, image_ids, unit, where):
+  first = {}
+  for i, image_id in enumerate(image_ids):
+    if image_id in first:
+      raise DataError(f'{path}: {unit} {where(i)}: duplicate image_id {image_id!r} (first at '
+                      f'{unit} {where(first[image_id])}); expected each image once')
+    first[image_id] = i
+
+
+def _check_same_ids(csv_path, image_ids, shards):
+  """The CSV and the parquet files must hold the same images, each exactly once."""
+  stored = {}
+  for path, ids in shards:
+    for row, image_id in enumerate(ids):
+      if image_id in stored:
+        raise DataError(f'{path}: row {row}: duplicate image_id {image_id!r}, also in '
+                        f'{stored[image_id]}; expected each image once')
+      stored[image_id] = path
+  missing = [image_id for image_id in image_ids if image_id not in stored]
+  if missing:
+    names = ', '.join(os.path.basename(path) for path, _ in shards)
+    raise DataError(f'{csv_path}: image_id {missing[0]!r} is in none of {names} '
+                    f'({len(missing)} such images); expected pixels for every listed image')
+  if len(stored) != len(image_ids):
+    known = set(image_ids)
+    for path, ids in shards:
+      for row, image_id in enumerate(ids):
+        if image_id not in known:
+          raise DataError(f'{path}: row {row}: image_id {image_id!r} is not in {csv_path}; '
+                          'expected only listed images')

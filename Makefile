@@ -1,0 +1,32 @@
+# Two entry points for a fresh machine: `make demo` and `make test` (each sets itself up).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Debian fonts the synthetic generators draw with (Bengali graphemes; historical writers).
+FONTS := fonts-beng fonts-beng-extra fonts-lohit-beng-bengali fonts-noto-core fonts-freefont-ttf
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+DEMO_DATA := data/bengali-synth
+DEMO_WORKDIR := workdirs/grapheme-demo
+
+.PHONY: setup fonts demo test
+setup: $(VENV)/.installed fonts
+
+$(VENV)/.installed: requirements.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	touch $@
+
+fonts:
+	@dpkg -s $(FONTS) >/dev/null 2>&1 || { $(SUDO) apt-get update -q && \
+	  $(SUDO) apt-get install -y -q --no-install-recommends $(FONTS) fontconfig; }
+
+$(DEMO_DATA)/train.csv: | setup
+	$(PY) -m bengrapheme.grapheme.synth --out $(DEMO_DATA) --train 16000 --test 2000 --seed 0
+
+demo: setup $(DEMO_DATA)/train.csv
+	$(PY) -m launch.train --config configs/grapheme.py:demo --data $(DEMO_DATA) --workdir $(DEMO_WORKDIR)
+	$(PY) -m launch.evaluate --config configs/grapheme.py:demo --data $(DEMO_DATA) --workdir $(DEMO_WORKDIR)
+	$(PY) -m launch.predict --config configs/grapheme.py:demo --data $(DEMO_DATA) --workdir $(DEMO_WORKDIR)
+
+test: setup
+	$(PY) -m pytest -q

@@ -1,0 +1,310 @@
+"""Synthetic Bengali.AI dataset in the exact Kaggle bengaliai-cv19 layout.
+
+  python -m bengrapheme.grapheme.synth --out DATA --train 20000 --test 4000 --seed 0
+
+writes train.csv, train_image_data_{0..3}.parquet, test.csv, test_image_data_{0..3}.parquet,
+sample_submission.csv, class_map.csv, and the test answers in test_labels.csv
+(image_id,grapheme_root,vowel_diacritic,consonant_diacritic,grapheme,seen,font).
+
+Each image is a grapheme drawn in a Bengali font, then warped to look handwritten: random
+size, position, rotation, shear and aspect, elastic wobble, stroke width, uneven ink, blur,
+paper shading and noise. Train cycles through the 1,295 real graphemes in shuffled rounds, so
+each appears once per 1,295 images. Test mixes real graphemes with unseen ones
+(`classes.unseen_triples`, fraction `unseen_fraction`) and draws half of its images in fonts
+that train never uses (HELD_OUT_FONTS), as the real private test had new graphemes and writers.
+
+Labels and fonts are planned from (seed, split); every image is drawn from its own generator
+seeded by (seed, split, index), so the output does not depend on the worker count.
+"""
+import argparse
+import csv
+import functools
+import multiprocessing
+import os
+
+import numpy as np
+import scipy.ndimage
+import tqdm
+from PIL import Image, ImageDraw, ImageFont
+
+from bengrapheme.grapheme import classes
+from bengrapheme.grapheme import kaggle
+
+FONT_DIR = '/usr/share/fonts/truetype'
+# Fonts whose Bengali shaping was checked by eye (reph, phalas, conjuncts, vowel signs).
+# Left out: MitraMono, FreeSans(Oblique), FreeSerif(Italic) draw ra-/ya-phala with an
+# explicit virama (ত্‌র, ঘ্‌য) which no writer does; Ani mangles some conjuncts (জ্ঞ, ক্ষ্ণ).
+TRAIN_FONTS = {
+    'Likhan': 'fonts-beng-extra/LikhanNormal.ttf',
+    'Mukti': 'fonts-beng-extra/Mukti.ttf',
+    'Mukti Bold': 'fonts-beng-extra/Muktibold.ttf',
+    'Noto Sans Bengali': 'noto/NotoSansBengali-Regular.ttf',
+    'Noto Sans Bengali Bold': 'noto/NotoSansBengali-Bold.ttf',
+    'Noto Serif Bengali': 'noto/NotoSerifBengali-Regular.ttf',
+    'Noto Serif Bengali Bold': 'noto/NotoSerifBengali-Bold.ttf',
+}
+# Test-only fonts: two designs unlike the train ones, standing in for unseen writers.
+HELD_OUT_FONTS = {
+    'Jamrul': 'fonts-beng-extra/JamrulNormal.ttf',
+    'Lohit Bengali': 'lohit-bengali/Lohit-Bengali.ttf',
+}
+FONTS = {**TRAIN_FONTS, **HELD_OUT_FONTS}
+HELD_OUT_FONT_FRACTION = 0.5  # of test images
+FONT_SIZE = 96  # px; drawn once, then scaled to the frame
+SPLIT_CODES = {'train': 0, 'test': 1}
+# Drawn without ZWJ, র্যো gets a reph on য in every font, contradicting its label
+# (root র + ya-phala); draw the ZWJ spelling that its sibling র‍্যা uses.
+RENDER_SPELLING = {'র্যো': classes.compose(123, 9, 4)}
+
+
+# ----------------------------------------------------------------------------- fonts
+
+@functools.cache
+def _font(name):
+  path = os.path.join(FONT_DIR, FONTS[name])
+  if not os.path.exists(path):
+    raise FileNotFoundError(f'font {name!r}: {path} not found (Debian packages fonts-beng '
+                            'fonts-beng-extra fonts-lohit-beng-bengali fonts-noto-core)')
+  return ImageFont.truetype(path, FONT_SIZE, layout_engine=ImageFont.Layout.RAQM)
+
+
+def _glyph_mask(font, char):
+  mask = font.getmask(char)
+  return mask.size, bytes(mask)
+
+
+@functools.cache
+def _missing_chars(name):
+  """The characters of the class map that the font has no glyph for.
+
+  Pillow draws a missing glyph as the font's .notdef box; U+FFFF is a noncharacter no font
+  maps, so a character drawn exactly like it is missing.
+  """
+  path = os.path.join(FONT_DIR, FONTS[name])
+  _font(name)  # fails clearly if the file is not there
+  font = ImageFont.truetype(path, 48, layout_engine=ImageFont.Layout.BASIC)
+  notdef = _glyph_mask(font, '\uffff')
+  strings = classes.ROOTS + classes.VOWELS + [''.join(c) for c in classes.CONSONANTS]
+  chars = set(''.join(strings)) - {classes.ZWJ}  # ZWJ is invisible by design
+  return frozenset(c for c in chars if _glyph_mask(font, c) == notdef)
+
+
+def _pick_font(rng, pool, text):
+  fonts = [f for f in pool if not _missing_chars(f) & set(text)]
+  if not fonts:
+    raise ValueError(f'no font in {sorted(pool)} has glyphs for all of {text!r}')
+  return fonts[rng.integers(len(fonts))]
+
+
+# ----------------------------------------------------------------------------- plan
+
+def _cycle(rng, n, size):
+  """`size` draws from range(n): shuffled rounds of all n, so every value appears equally."""
+  rounds = -(-size // n)
+  return np.array([rng.permutation(n) for _ in range(rounds)], int).reshape(-1)[:size]
+
+
+def _spread(rng, size, fraction):
+  """A shuffled boolean array with exactly round(size * fraction) True."""
+  flags = np.arange(size) < round(size * fraction)
+  return rng.permutation(flags)
+
+
+def _plan(split, num, seed, unseen_fraction):
+  """Rows (image_id, root, vowel, consonant, grapheme, text to draw, font, seen)."""
+  rng = np.random.default_rng([seed, SPLIT_CODES[split]])
+  prefix = split.capitalize()
+  if split == 'train':
+    seen = np.ones(num, bool)
+    held_out = np.zeros(num, bool)
+  else:
+    seen = ~_spread(rng, num, unseen_fraction)
+    held_out = _spread(rng, num, HELD_OUT_FONT_FRACTION)
+  real = iter(_cycle(rng, classes.NUM_GRAPHEMES, int(seen.sum())))
+  unseen = classes.unseen_triples()
+  new = iter(_cycle(rng, len(unseen), int((~seen).sum())))
+  rows = []
+  for i in range(num):
+    if seen[i]:
+      root, vowel, consonant, grapheme = classes.GRAPHEMES[next(real)]
+    else:
+      root, vowel, consonant = unseen[next(new)]
+      grapheme = classes.compose(root, vowel, consonant)
+    text = RENDER_SPELLING.get(grapheme, grapheme)
+    font = _pick_font(rng, HELD_OUT_FONTS if held_out[i] else TRAIN_FONTS, text)
+    rows.append((f'{prefix}_{i}', root, vowel, consonant, grapheme, text, font, bool(seen[i])))
+  return rows
+
+
+# ----------------------------------------------------------------------------- drawing
+
+def _draw_text(text, font_name):
+  """The text as an 'L' image cropped to its ink: 255 = ink, 0 = background."""
+  font = _font(font_name)
+  left, top, right, bottom = font.getbbox(text)
+  pad = 4
+  canvas = Image.new('L', (right - left + 2 * pad, bottom - top + 2 * pad), 0)
+  ImageDraw.Draw(canvas).text((pad - left, pad - top), text, font=font, fill=255)
+  bbox = canvas.getbbox()
+  if bbox is None:
+    raise ValueError(f'font {font_name!r} draws nothing for {text!r}')
+  return canvas.crop(bbox)
+
+
+def _place(glyph, rng):
+  """Affine-warps the glyph into the 137x236 frame: rotation, shear, aspect, size, position."""
+  w, h = glyph.size
+  angle = np.deg2rad(np.clip(rng.normal(0, 5), -15, 15))
+  shear = np.clip(rng.normal(0, 0.12), -0.3, 0.3)
+  aspect = np.exp(np.clip(rng.normal(0, 0.12), -0.3, 0.3))
+  rot = np.array([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]])
+  mat = rot @ np.array([[1, shear], [0, 1]]) @ np.diag([aspect, 1 / aspect])
+  corners = mat @ np.array([[-w, w, w, -w], [-h, -h, h, h]]) / 2
+  extent = corners.max(axis=1) - corners.min(axis=1)
+  # Real images: the grapheme fills roughly half to nearly all of the frame height.
+  height = rng.uniform(0.5, 0.92) * kaggle.HEIGHT
+  scale = min(height / extent[1], 0.95 * kaggle.WIDTH / extent[0])
+  mat = scale * mat
+  slack = np.array([kaggle.WIDTH, kaggle.HEIGHT]) - scale * extent
+  # Mostly near the centre, sometimes pushed towards an edge.
+  centre = np.array([kaggle.WIDTH, kaggle.HEIGHT]) / 2
+  centre += np.clip(rng.normal(0, 0.4, 2), -1, 1) * np.maximum(slack, 0) / 2
+  inv = np.linalg.inv(mat)
+  offset = np.array([w, h]) / 2 - inv @ centre
+  coeffs = (inv[0, 0], inv[0, 1], offset[0], inv[1, 0], inv[1, 1], offset[1])
+  frame = glyph.transform((kaggle.WIDTH, kaggle.HEIGHT), Image.AFFINE, coeffs, Image.BILINEAR)
+  return np.asarray(frame, np.float32) / 255
+
+
+def _smooth_field(rng, cells):
+  """A smooth random field over the frame in [-1, 1]: noise on a coarse grid, upsampled."""
+  rows = max(2, round(kaggle.HEIGHT / cells))
+  cols = max(2, round(kaggle.WIDTH / cells))
+  coarse = Image.fromarray(rng.uniform(-1, 1, (rows, cols)).astype(np.float32), 'F')
+  return np.asarray(coarse.resize((kaggle.WIDTH, kaggle.HEIGHT), Image.BICUBIC))
+
+
+def _elastic(ink, rng):
+  """Wobbles the strokes: a large slow displacement plus a small fast one, as a hand does."""
+  dy = _smooth_field(rng, 48) * rng.uniform(0, 5) + _smooth_field(rng, 14) * rng.uniform(0, 1.5)
+  dx = _smooth_field(rng, 48) * rng.uniform(0, 5) + _smooth_field(rng, 14) * rng.uniform(0, 1.5)
+  yy, xx = np.mgrid[:kaggle.HEIGHT, :kaggle.WIDTH]
+  return scipy.ndimage.map_coordinates(ink, [yy + dy, xx + dx], order=1, mode='constant')
+
+
+def _disk(radius):
+  yy, xx = np.mgrid[-radius:radius + 1, -radius:radius + 1]
+  return xx ** 2 + yy ** 2 <= radius ** 2 + 0.5
+
+
+def _stroke(ink, rng):
+  """Pen width: the fonts' strokes are thinner and more even than marker handwriting."""
+  radius = rng.choice([-1, 0, 1, 1, 2, 2, 3])
+  if radius > 0:
+    return scipy.ndimage.grey_dilation(ink, footprint=_disk(radius))
+  if radius < 0:
+    return scipy.ndimage.grey_erosion(ink, footprint=_disk(1))
+  return ink
+
+
+def _ink_and_paper(ink, rng):
+  """Turns ink coverage into grey levels: uneven pressure, contrast, blur, shading, noise."""
+  ink = ink * (1 - rng.uniform(0, 0.5) * (_smooth_field(rng, 30) + 1) / 2)
+  ink = scipy.ndimage.gaussian_filter(ink, rng.uniform(0.2, 1.0))
+  paper = rng.uniform(225, 255) + _smooth_field(rng, 80) * rng.uniform(0, 10)
+  dark = rng.uniform(0, 90)
+  image = paper + (dark - paper) * np.clip(ink, 0, 1)
+  image += rng.normal(0, rng.uniform(0, 10), image.shape)
+  return np.clip(np.rint(image), 0, 255).astype(np.uint8)
+
+
+def render(text, font_name, seed):
+  """One 137x236 uint8 image (0 = ink, 255 = paper) of the text, warped by seed's randomness."""
+  rng = np.random.default_rng(seed)
+  ink = _place(_draw_text(text, font_name), rng)
+  ink = _elastic(ink, rng)
+  ink = _stroke(ink, rng)
+  return _ink_and_paper(ink, rng)
+
+
+def _render_job(job):
+  text, font_name, seed = job
+  return render(text, font_name, seed)
+
+
+# ----------------------------------------------------------------------------- files
+
+def _write_csv(path, header, rows):
+  with open(path, 'w', encoding='utf-8', newline='') as f:
+    writer = csv.writer(f, lineterminator='\n')
+    writer.writerow(header)
+    writer.writerows(rows)
+
+
+def _write_images(out_dir, split, plan, seed, imap, progress):
+  """Draws the split's images shard by shard, so memory holds a quarter of it at a time."""
+  code = SPLIT_CODES[split]
+  for shard, indices in enumerate(np.array_split(np.arange(len(plan)), kaggle.NUM_SHARDS)):
+    jobs = [(plan[i][5], plan[i][6], [seed, code, int(i)]) for i in indices]
+    images = np.zeros((len(jobs), kaggle.HEIGHT, kaggle.WIDTH), np.uint8)
+    for k, image in enumerate(imap(_render_job, jobs, chunksize=16)):
+      images[k] = image
+      progress.update()
+    path = os.path.join(out_dir, kaggle.image_parquet_name(split, shard))
+    kaggle.write_image_parquet(path, [plan[i][0] for i in indices], images)
+
+
+def _write_tables(out_dir, train, test):
+  _write_csv(os.path.join(out_dir, 'train.csv'),
+             ['image_id', *kaggle.COMPONENTS, 'grapheme'], [row[:5] for row in train])
+  components = sorted(kaggle.COMPONENTS)  # Kaggle lists an image's rows alphabetically
+  row_ids = [(f'{row[0]}_{c}', row[0], c) for row in test for c in components]
+  _write_csv(os.path.join(out_dir, 'test.csv'), ['row_id', 'image_id', 'component'], row_ids)
+  _write_csv(os.path.join(out_dir, 'sample_submission.csv'), ['row_id', 'target'],
+             [(row_id, 0) for row_id, _, _ in row_ids])
+  _write_csv(os.path.join(out_dir, 'class_map.csv'), ['component_type', 'label', 'component'],
+             classes.class_map())
+  _write_csv(os.path.join(out_dir, 'test_labels.csv'),
+             ['image_id', *kaggle.COMPONENTS, 'grapheme', 'seen', 'font'],
+             [(*row[:5], int(row[7]), row[6]) for row in test])
+
+
+def write_dataset(out_dir, num_train, num_test, seed=0, workers=None, unseen_fraction=0.3):
+  """Writes a synthetic dataset in the Kaggle bengaliai-cv19 layout into out_dir."""
+  for name, value in (('num_train', num_train), ('num_test', num_test), ('seed', seed)):
+    if not isinstance(value, (int, np.integer)) or value < 0:
+      raise ValueError(f'{name} must be a non-negative integer, got {value!r}')
+  if not 0 <= unseen_fraction <= 1:
+    raise ValueError(f'unseen_fraction must be in [0, 1], got {unseen_fraction}')
+  workers = workers or len(os.sched_getaffinity(0))
+  os.makedirs(out_dir, exist_ok=True)
+  train = _plan('train', num_train, seed, unseen_fraction)
+  test = _plan('test', num_test, seed, unseen_fraction)
+  _write_tables(out_dir, train, test)
+  with tqdm.tqdm(total=num_train + num_test, unit='img', desc='synth') as progress:
+    if workers == 1:
+      imap = lambda f, jobs, chunksize: map(f, jobs)
+      _write_images(out_dir, 'train', train, seed, imap, progress)
+      _write_images(out_dir, 'test', test, seed, imap, progress)
+    else:
+      # Not fork: the caller may run threads (JAX, pyarrow) whose locks a fork would copy held.
+      with multiprocessing.get_context('forkserver').Pool(workers) as pool:
+        _write_images(out_dir, 'train', train, seed, pool.imap, progress)
+        _write_images(out_dir, 'test', test, seed, pool.imap, progress)
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser.add_argument('--out', required=True, help='output folder')
+  parser.add_argument('--train', type=int, required=True, help='number of train images')
+  parser.add_argument('--test', type=int, required=True, help='number of test images')
+  parser.add_argument('--seed', type=int, default=0)
+  parser.add_argument('--workers', type=int, default=None, help='default: all usable cores')
+  parser.add_argument('--unseen-fraction', type=float, default=0.3,
+                      help='fraction of test images showing graphemes not in the real table')
+  args = parser.parse_args()
+  write_dataset(args.out, args.train, args.test, args.seed, args.workers, args.unseen_fraction)
+
+
+if __name__ == '__main__':
+  main()

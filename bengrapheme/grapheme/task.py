@@ -1,0 +1,250 @@
+"""The grapheme task as the trainer sees it: sources, model, loss, evaluator, predictions.
+
+Model input: the 137x236 uint8 image, inverted so ink is high and paper is 0 (zero padding in
+augmentation then means blank paper), resized on device to `config.input.size`.
+"""
+import functools
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.experimental import multihost_utils
+
+from bengrapheme import augment, input as input_lib, metrics, models, parallel
+from bengrapheme.grapheme import classes, kaggle, prepare
+
+# Triple of each whole-grapheme class, to turn a whole-grapheme prediction into components.
+GRAPHEME_TRIPLES = np.array([g[:3] for g in classes.GRAPHEMES], np.int32)
+COMPONENT_WEIGHTS = (2.0, 1.0, 1.0)  # as in the competition score
+
+
+# ---------------------------------------------------------------- data
+
+
+def cache_dir(config, workdir):
+  return config.data.cache_dir or os.path.join(workdir, 'prepared')
+
+
+def _source(config, workdir, split):
+  """Prepares (once, cached) and opens `split` ('train' or 'test') of config.data.dir."""
+  if not config.data.dir:
+    raise ValueError('no data: pass --data DIR (a Kaggle bengaliai-cv19 folder) or set '
+                     'config.data.dir')
+  # Process 0 converts first; the others then find the cache (or build their own when the
+  # cache dir is not shared between hosts).
+  if jax.process_index() == 0:
+    path = prepare.prepare(config.data.dir, split, cache_dir(config, workdir))
+  multihost_utils.sync_global_devices(f'prepare {split}')
+  if jax.process_index() != 0:
+    path = prepare.prepare(config.data.dir, split, cache_dir(config, workdir))
+  return prepare.GraphemeSource(path)
+
+
+def source(config, workdir, split):
+  """'train' (minus the hold-out), 'val' (hold-out of train.csv) or 'test'."""
+  if split == 'test':
+    return _source(config, workdir, 'test')
+  if split not in ('train', 'val'):
+    raise ValueError(f"split {split!r}: expected 'train', 'val' or 'test'")
+  train, val = input_lib.holdout_split(_source(config, workdir, 'train'),
+                                       config.data.val_fraction, config.seed)
+  if split == 'val' and len(val) == 0:
+    raise ValueError("split 'val' is empty: set config.data.val_fraction > 0")
+  return train if split == 'train' else val
+
+
+# ---------------------------------------------------------------- model
+
+
+class GraphemeModel(nnx.Module):
+  """Backbone + one linear head per component (+ the optional 1,295-way grapheme head)."""
+
+  def __init__(self, config, rngs):
+    self.backbone = models.backbone(config.model.name, in_channels=1, rngs=rngs,
+                                    **config.model.args)
+    features = self.backbone.features
+    self.heads = nnx.List([nnx.Linear(features, n, rngs=rngs) for n in kaggle.NUM_CLASSES])
+    self.grapheme_head = None
+    if config.model.grapheme_head:
+      self.grapheme_head = nnx.data(nnx.Linear(features, classes.NUM_GRAPHEMES, rngs=rngs))
+
+  def __call__(self, x, train=False):
+    features = self.backbone(x, train=train).astype(jnp.float32)
+    logits = {name: head(features) for name, head in zip(kaggle.COMPONENTS, self.heads)}
+    if self.grapheme_head is not None:
+      logits['grapheme'] = self.grapheme_head(features)
+    return logits
+
+
+def make_model(config, rngs):
+  return GraphemeModel(config, rngs)
+
+
+def preprocess(images, config):
+  """uint8 [B, 137, 236] -> float32 [B, H, W, 1], ink high, at config.input.size."""
+  x = (255.0 - images.astype(jnp.float32)) / 255.0
+  height, width = config.input.size
+  x = jax.image.resize(x, (x.shape[0], height, width), method='linear', antialias=True)
+  return x[..., None]
+
+
+# ---------------------------------------------------------------- loss
+
+
+def _targets(batch, whole_grapheme):
+  targets = [jax.nn.one_hot(batch['labels'][:, i], n) for i, n in enumerate(kaggle.NUM_CLASSES)]
+  if whole_grapheme:  # unseen or unknown graphemes (id -1) get an all-zero target row
+    targets.append(jax.nn.one_hot(batch['grapheme'], classes.NUM_GRAPHEMES))
+  return tuple(targets)
+
+
+def loss(model, batch, key, config):
+  """Weighted soft-target cross-entropy of the mixed/augmented batch; returns (loss, aux)."""
+  images = preprocess(batch['image'], config)
+  whole = config.model.grapheme_head
+  images, targets = augment.apply(key, images, _targets(batch, whole), config.aug)
+  logits = model(images, train=True)
+  ce = [optax.softmax_cross_entropy(logits[name], t).mean()
+        for name, t in zip(kaggle.COMPONENTS, targets)]
+  total = sum(w * c for w, c in zip(COMPONENT_WEIGHTS, ce)) / sum(COMPONENT_WEIGHTS)
+  aux = {f'ce_{name}': c for name, c in zip(kaggle.COMPONENTS, ce)}
+  if whole:
+    aux['ce_grapheme'] = optax.softmax_cross_entropy(logits['grapheme'], targets[3]).mean()
+    total = total + config.model.grapheme_loss_weight * aux['ce_grapheme']
+  return total, aux
+
+
+# ---------------------------------------------------------------- predictions
+
+
+def predict_components(logits, seen_threshold):
+  """Component labels [B, 3] from the heads.
+
+  With a whole-grapheme head (the winning Bengali.AI recipe): where it is confident that the
+  image is one of the 1,295 known graphemes, that grapheme's components are used; otherwise
+  (an unseen grapheme, most likely) the component heads decide.
+  """
+  components = jnp.stack([jnp.argmax(logits[n], -1) for n in kaggle.COMPONENTS], -1)
+  if 'grapheme' not in logits:
+    return components
+  probs = jax.nn.softmax(logits['grapheme'], -1)
+  seen = jnp.max(probs, -1) >= seen_threshold
+  from_grapheme = jnp.asarray(GRAPHEME_TRIPLES)[jnp.argmax(probs, -1)]
+  return jnp.where(seen[:, None], from_grapheme, components)
+
+
+def _predict_fn(graphdef, config, mesh):
+  """Jitted batch -> components, index and mask, replicated so any process can read them."""
+
+  def forward(variables, batch):
+    model = nnx.merge(graphdef, *variables)
+    logits = model(preprocess(batch['image'], config), train=False)
+    components = predict_components(logits, config.predict.seen_threshold)
+    return components, batch['index'], batch['mask']
+
+  return jax.jit(forward, out_shardings=parallel.replicated(mesh))
+
+
+# ---------------------------------------------------------------- evaluator
+
+# Subsets scored separately; a subset with no example in a split is left out of the report.
+SUBSETS = ('all', 'seen', 'unseen')
+
+
+def evaluate(config, split, graphdef, variables, mesh, workdir):
+  """Hierarchical macro recall on `split`; confusion matrices accumulate on device.
+
+  Reports the component heads ('heads') and, with a whole-grapheme head, the combined rule
+  used for predictions, each over all images and over seen / unseen graphemes.
+  """
+  src = source(config, workdir, split)
+  if not _has_labels(src):
+    raise ValueError(f"split {split!r} has no labels to score (Kaggle's test.csv has none; "
+                     'evaluate on val, or on synthetic data with test_labels.csv)')
+  whole = config.model.grapheme_head
+  rules = ('heads', 'combined') if whole else ('heads',)
+
+  @functools.partial(jax.jit, donate_argnums=0)
+  def step(confusions, batch):
+    model = nnx.merge(graphdef, *variables)
+    logits = model(preprocess(batch['image'], config), train=False)
+    preds = {'heads': predict_components({n: logits[n] for n in kaggle.COMPONENTS}, 1.0)}
+    if whole:
+      preds['combined'] = predict_components(logits, config.predict.seen_threshold)
+    seen = batch['grapheme'] >= 0
+    weights = {'all': batch['mask'], 'seen': batch['mask'] & seen,
+               'unseen': batch['mask'] & ~seen}
+    return {(rule, subset): metrics.update_confusion(confusions[(rule, subset)],
+                                                     batch['labels'], preds[rule],
+                                                     weights[subset])
+            for rule in rules for subset in SUBSETS}, {s: w.sum() for s, w in weights.items()}
+
+  confusions = {(rule, subset): metrics.init_confusion() for rule in rules for subset in SUBSETS}
+  counts = dict.fromkeys(SUBSETS, 0)
+  local_batch = parallel.per_process_batch(config.eval.batch_size, mesh)
+  for batch in input_lib.eval_batches(src, batch_size=local_batch,
+                                      process_index=jax.process_index(),
+                                      process_count=jax.process_count()):
+    batch = parallel.global_batch(mesh, {k: batch[k] for k in
+                                         ('image', 'labels', 'grapheme', 'mask')})
+    confusions, batch_counts = step(confusions, batch)
+    counts = {s: counts[s] + batch_counts[s] for s in SUBSETS}  # stays on device
+  counts = jax.device_get(counts)
+  report = {'num_images': int(counts['all'])}
+  for (rule, subset), confusion in confusions.items():
+    if counts[subset]:
+      scores = metrics.scores_from_confusion(jax.device_get(confusion))
+      report.update({f'{rule}/{subset}/{k}': v for k, v in scores.items()})
+  report['score'] = report[f'{rules[-1]}/all/score']
+  report['num_seen'], report['num_unseen'] = int(counts['seen']), int(counts['unseen'])
+  return report
+
+
+def _has_labels(src):
+  """Kaggle's test split has no labels (-1 everywhere); checked on the first row."""
+  return len(src) > 0 and src[0]['labels'][0] >= 0
+
+
+# ---------------------------------------------------------------- submission
+
+
+def predict(config, graphdef, variables, mesh, workdir):
+  """Writes workdir/submission.csv: row_id,target in exactly the order of test.csv."""
+  src = source(config, workdir, 'test')
+  rows = kaggle.test_rows(config.data.dir)
+  fn = _predict_fn(graphdef, config, mesh)
+  local_batch = parallel.per_process_batch(config.eval.batch_size, mesh)
+  predictions = []
+  for batch in input_lib.eval_batches(src, batch_size=local_batch,
+                                      process_index=jax.process_index(),
+                                      process_count=jax.process_count()):
+    batch = parallel.global_batch(mesh, {k: batch[k] for k in ('image', 'index', 'mask')})
+    predictions.append(fn(variables, batch))
+  # One transfer at the end; batches are gathered from every process (replicated output).
+  by_index = np.full((len(src), 3), -1, np.int64)
+  for components, index, mask in jax.device_get(predictions):
+    by_index[index[mask]] = components[mask]
+  if (by_index < 0).any():
+    raise RuntimeError(f'{(by_index < 0).any(1).sum()} test images got no prediction')
+  position = {image_id: i for i, image_id in enumerate(src.image_ids)}
+  column = {name: i for i, name in enumerate(kaggle.COMPONENTS)}
+  targets = [by_index[position[image_id], column[component]]
+             for _, image_id, component in rows]
+  path = os.path.join(workdir, 'submission.csv')
+  if jax.process_index() == 0:
+    write_submission(path, [r[0] for r in rows], targets)
+  return path
+
+
+def write_submission(path, row_ids, targets):
+  """Writes row_id,target atomically: a crash never leaves a partial submission."""
+  if len(row_ids) != len(targets):
+    raise ValueError(f'{len(row_ids)} row ids but {len(targets)} targets')
+  tmp = path + '.tmp'
+  with open(tmp, 'w') as f:
+    f.write('row_id,target\n')
+    f.writelines(f'{r},{int(t)}\n' for r, t in zip(row_ids, targets))
+  os.replace(tmp, path)

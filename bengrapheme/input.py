@@ -1,0 +1,70 @@
+"""grain pipelines shared by both tasks: a checkpointable training stream and padded evals.
+
+Sources are grain random-access sources returning dicts of numpy arrays. The host only reads
+and stacks uint8 images; all float work (resize, normalise, augmentation) happens on device
+inside the jitted step.
+"""
+import math
+
+import grain
+import numpy as np
+
+
+class Subset:
+  """A random-access view of `source` at `indices` (e.g. a validation hold-out)."""
+
+  def __init__(self, source, indices):
+    self.source, self.indices = source, np.asarray(indices, np.int64)
+
+  def __len__(self):
+    return len(self.indices)
+
+  def __getitem__(self, i):
+    return self.source[int(self.indices[i])]
+
+
+def holdout_split(source, fraction, seed):
+  """Splits `source` into (train, val) by a seeded permutation; fraction 0 -> no val."""
+  n_val = int(round(len(source) * fraction))
+  order = np.random.default_rng(seed).permutation(len(source))
+  return Subset(source, np.sort(order[n_val:])), Subset(source, np.sort(order[:n_val]))
+
+
+def train_dataset(source, *, batch_size, seed, process_index, process_count,
+                  num_threads=8):
+  """Endless, per-epoch reshuffled stream of per-process batches; `.get_state()` resumes it.
+
+  Every process sees a disjoint 1/process_count slice of each shuffled epoch.
+  """
+  if len(source) < batch_size * process_count:
+    raise ValueError(f'training set of {len(source)} examples is smaller than one global '
+                     f'batch ({batch_size * process_count})')
+  ds = grain.MapDataset.source(source).shuffle(seed=seed).repeat()
+  ds = ds[process_index::process_count]
+  ds = ds.batch(batch_size, drop_remainder=True)
+  return ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads,
+                                              prefetch_buffer_size=2 * batch_size))
+
+
+def eval_batches(source, *, batch_size, process_index, process_count, num_threads=8):
+  """Yields every example once, in order, as per-process batches padded with mask = 0.
+
+  All processes yield the same number of batches, so sharded eval steps never wait on a
+  process that has run out of data.
+  """
+  shard = grain.MapDataset.source(source)[process_index::process_count]
+  num_batches = math.ceil(math.ceil(len(source) / process_count) / batch_size)
+  batches = iter(shard.batch(batch_size).to_iter_dataset(
+      grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=2 * batch_size)))
+  template = None
+  for _ in range(num_batches):
+    batch = next(batches, None)
+    if batch is None:  # this process has fewer examples than the others: send padding
+      batch = {k: v[:0] for k, v in template.items()}
+    template = batch
+    n = len(next(iter(batch.values())))
+    pad = batch_size - n
+    padded = {k: np.concatenate([v, np.zeros((pad,) + v.shape[1:], v.dtype)])
+              for k, v in batch.items()}
+    padded['mask'] = np.arange(batch_size) < n
+    yield padded

@@ -1,0 +1,103 @@
+"""Hierarchical macro recall, the Bengali.AI score, from confusion matrices kept on device.
+
+An evaluator accumulates one confusion matrix per grapheme component inside the jitted eval
+step (`update_confusion`), so no per-example predictions travel to the host; only the three
+small matrices do, once, at the end (`scores_from_confusion`).
+
+Macro recall follows sklearn's `recall_score(average='macro')` with its default labels: the
+mean over every class present in y_true or y_pred, where a class seen only in predictions has
+recall 0. The score weights the components root 2 : vowel 1 : consonant 1.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bengrapheme.grapheme.kaggle import COMPONENTS, NUM_CLASSES
+
+COMPONENT_WEIGHTS = (2.0, 1.0, 1.0)
+
+
+def init_confusion():
+  """Three int32 zero matrices [C_i, C_i]; rows are true labels, columns predictions."""
+  return tuple(jnp.zeros((c, c), jnp.int32) for c in NUM_CLASSES)
+
+
+def update_confusion(confusion, y_true, y_pred, weight=None):
+  """Adds one batch to the confusion matrices.
+
+  Args:
+    confusion: tuple from `init_confusion` (or a previous update).
+    y_true, y_pred: int [B, 3] labels in column order COMPONENTS.
+    weight: [B] 0/1 mask (bool, int or float); rows with weight 0, such as the padding of a
+      last eval batch, are not counted whatever their labels. None counts every row.
+
+  Returns:
+    The new tuple of int32 confusion matrices.
+  """
+  y_true = jnp.asarray(y_true, jnp.int32)
+  y_pred = jnp.asarray(y_pred, jnp.int32)
+  if weight is None:
+    weight = jnp.ones(y_true.shape[:1], jnp.int32)
+  weight = jnp.asarray(weight).astype(jnp.int32)
+  updated = []
+  for i, (matrix, c) in enumerate(zip(confusion, NUM_CLASSES)):
+    t, p = y_true[:, i], y_pred[:, i]
+    # An out-of-range label would alias into another cell of the flattened matrix; drop it
+    # instead (padding rows often carry garbage labels such as -1).
+    valid = (t >= 0) & (t < c) & (p >= 0) & (p < c)
+    # A scatter-add over the flattened (true, pred) cells. On CPU it beat the one-hot matmul
+    # (168 x B x 168 flops for the root) by 15-65x for B = 256..4096: 25 vs 400 us at 256,
+    # 57 us vs 3.8 ms at 4096.
+    counts = jax.ops.segment_sum(jnp.where(valid, weight, 0), jnp.where(valid, t * c + p, 0),
+                                 num_segments=c * c)
+    updated.append(matrix + counts.reshape(c, c))
+  return tuple(updated)
+
+
+def _macro_recall(matrix):
+  support = matrix.sum(axis=1)
+  predicted = matrix.sum(axis=0)
+  present = (support > 0) | (predicted > 0)
+  # Classes seen only in predictions have zero support: recall 0, as sklearn reports.
+  recall = np.diag(matrix) / np.maximum(support, 1)
+  return float(recall[present].mean())
+
+
+def scores_from_confusion(confusion):
+  """Per-component macro recall and the 2:1:1 weighted score, as Python floats."""
+  confusion = [np.asarray(m, np.float64) for m in jax.device_get(confusion)]
+  if confusion[0].sum() == 0:
+    raise ValueError('scores_from_confusion: the confusion matrices are empty; no unmasked '
+                     'samples were counted')
+  scores = {name: _macro_recall(m) for name, m in zip(COMPONENTS, confusion)}
+  total = sum(w * scores[name] for w, name in zip(COMPONENT_WEIGHTS, COMPONENTS))
+  scores['score'] = total / sum(COMPONENT_WEIGHTS)
+  return scores
+
+
+def _check_labels(name, y):
+  y = np.asarray(y)
+  if y.ndim != 2 or y.shape[1] != len(COMPONENTS) or y.shape[0] == 0:
+    raise ValueError(f'{name}: expected a non-empty int array [N, {len(COMPONENTS)}] in column '
+                     f'order {COMPONENTS}, got shape {y.shape}')
+  if not np.issubdtype(y.dtype, np.integer):
+    raise ValueError(f'{name}: expected integer labels, got dtype {y.dtype}')
+  for i, (component, c) in enumerate(zip(COMPONENTS, NUM_CLASSES)):
+    column = y[:, i]
+    if column.min() < 0 or column.max() >= c:
+      raise ValueError(f'{name}[:, {i}] ({component}): expected labels in [0, {c}), got '
+                       f'values in [{column.min()}, {column.max()}]')
+  return y
+
+
+def hierarchical_macro_recall(y_true, y_pred):
+  """The Bengali.AI score for int arrays [N, 3] (grapheme_root, vowel, consonant).
+
+  Returns a dict with `score`, `grapheme_root`, `vowel_diacritic`, `consonant_diacritic`.
+  """
+  y_true = _check_labels('y_true', y_true)
+  y_pred = _check_labels('y_pred', y_pred)
+  if y_true.shape != y_pred.shape:
+    raise ValueError(f'y_true and y_pred: expected the same shape, got {y_true.shape} and '
+                     f'{y_pred.shape}')
+  return scores_from_confusion(jax.jit(update_confusion)(init_confusion(), y_true, y_pred))

@@ -1,0 +1,83 @@
+"""Devices: jax.distributed start-up, the mesh, shardings, and global batches.
+
+The mesh has two axes: `data` (pure data parallelism) and `fsdp` (data parallelism whose
+replicas also split the parameters and optimizer state, as in maxtext). Batches are split
+over both axes; parameters are replicated, or split along `fsdp` by `param_sharding`.
+"""
+import os
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+BATCH_AXES = ('data', 'fsdp')
+
+
+def initialize_distributed():
+  """Joins a multi-process job when the environment describes one.
+
+  TPU pods and SLURM are detected by jax itself; the local launcher (launch/local.py) and
+  hand-made clusters set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID.
+  """
+  if os.environ.get('JAX_COORDINATOR_ADDRESS'):
+    if jax.default_backend() == 'cpu' or os.environ.get('JAX_PLATFORMS') == 'cpu':
+      jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+    jax.distributed.initialize(
+        coordinator_address=os.environ['JAX_COORDINATOR_ADDRESS'],
+        num_processes=int(os.environ['JAX_NUM_PROCESSES']),
+        process_id=int(os.environ['JAX_PROCESS_ID']),
+        # A dead peer must end the job, not hang it: heartbeats fail within ~this bound.
+        heartbeat_timeout_seconds=int(os.environ.get('JAX_HEARTBEAT_TIMEOUT', 30)))
+  elif 'SLURM_JOB_ID' in os.environ and int(os.environ.get('SLURM_NTASKS', '1')) > 1:
+    jax.distributed.initialize()  # reads the SLURM environment
+
+
+def make_mesh(mesh_config):
+  """`mesh_config.fsdp` devices per fsdp group; `data` = the rest (-1) or a given count."""
+  fsdp = mesh_config.fsdp
+  data = mesh_config.data if mesh_config.data > 0 else jax.device_count() // fsdp
+  if data * fsdp != jax.device_count():
+    raise ValueError(f'mesh data={mesh_config.data} x fsdp={fsdp} does not match the '
+                     f'{jax.device_count()} devices available')
+  # Auto axes: XLA propagates shardings through the model, so model code needs no annotations.
+  return jax.make_mesh((data, fsdp), ('data', 'fsdp'),
+                       axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+
+def batch_sharding(mesh):
+  return NamedSharding(mesh, P(BATCH_AXES))
+
+
+def replicated(mesh):
+  return NamedSharding(mesh, P())
+
+
+def param_sharding(mesh, tree, min_size=2**14):
+  """Splits each large array along its largest dimension divisible by the fsdp size."""
+  n = mesh.shape['fsdp']
+
+  def spec(x):
+    if n == 1 or x.size < min_size:
+      return replicated(mesh)
+    dims = sorted(range(x.ndim), key=lambda d: -x.shape[d])
+    for d in dims:
+      if x.shape[d] % n == 0:
+        return NamedSharding(mesh, P(*[('fsdp' if i == d else None) for i in range(x.ndim)]))
+    return replicated(mesh)
+
+  return jax.tree.map(spec, tree)
+
+
+def global_batch(mesh, local_batch):
+  """Per-process numpy batch -> one global jax.Array sharded along the batch axes."""
+  sharding = batch_sharding(mesh)
+  return jax.tree.map(
+      lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), local_batch)
+
+
+def per_process_batch(global_batch_size, mesh):
+  batch_devices = mesh.shape['data'] * mesh.shape['fsdp']
+  if global_batch_size % batch_devices:
+    raise ValueError(f'batch size {global_batch_size} is not divisible by the '
+                     f'{batch_devices} devices of the batch axes')
+  return global_batch_size // jax.process_count()

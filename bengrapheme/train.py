@@ -1,0 +1,253 @@
+"""The training loop shared by every task, read top to bottom.
+
+A task is a module named by `config.task` that provides
+  source(config, workdir, split)            -> grain random-access source of numpy dicts
+  make_model(config, rngs)                  -> nnx.Module
+  loss(model, batch, key, config)           -> (scalar loss, dict of scalars)
+  evaluate(config, split, graphdef, variables, mesh, workdir) -> dict of scalars
+The train state is a plain pytree (step, params, model_state, opt_state, ema), so jit
+shards it and Orbax checkpoints it with no framework in between.
+"""
+import importlib
+import json
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tqdm
+from flax import nnx
+
+from bengrapheme import checkpoint, input as input_lib, logs, parallel
+
+
+def load_task(config):
+  return importlib.import_module(config.task)
+
+
+# ---------------------------------------------------------------- model and train state
+
+
+def optimizer(config):
+  """AdamW with linear warm-up and cosine decay, after global-norm clipping."""
+  t = config.train
+  schedule = optax.warmup_cosine_decay_schedule(
+      0.0, t.lr, t.warmup_steps, max(t.steps, t.warmup_steps + 1), t.lr * t.final_lr_fraction)
+  # No weight decay on norm scales and biases (vectors), as is standard for ResNets.
+  decay_mask = lambda params: jax.tree.map(lambda p: p.ndim > 1, params)
+  tx = optax.chain(optax.clip_by_global_norm(t.grad_clip),
+                   optax.adamw(schedule, weight_decay=t.weight_decay, mask=decay_mask))
+  return tx, schedule
+
+
+def init_state(config, task, mesh):
+  """Builds the sharded train state directly on the devices; returns (graphdef, state)."""
+  tx, _ = optimizer(config)
+
+  def init():
+    model = task.make_model(config, nnx.Rngs(config.seed))
+    _, params, model_state = nnx.split(model, nnx.Param, ...)
+    state = {'step': jnp.zeros((), jnp.int32), 'params': params, 'model_state': model_state,
+             'opt_state': tx.init(params),
+             # The first step whose loss or gradients were NaN/Inf (-1: none yet).
+             'first_nonfinite_step': jnp.full((), -1, jnp.int32)}
+    if config.train.ema_decay:
+      state['ema'] = params
+    return state
+
+  graphdef = nnx.graphdef(nnx.eval_shape(lambda: task.make_model(config, nnx.Rngs(0))))
+  shapes = jax.eval_shape(init)
+  shardings = parallel.param_sharding(mesh, shapes)
+  return graphdef, jax.jit(init, out_shardings=shardings)()
+
+
+def eval_variables(state):
+  """The variables evaluation uses: EMA parameters when kept, else the trained ones."""
+  return state.get('ema', state['params']), state['model_state']
+
+
+# ---------------------------------------------------------------- update step
+
+
+def make_train_step(config, task, graphdef, mesh, state_shardings):
+  tx, schedule = optimizer(config)
+  base_key = jax.random.key(config.seed)
+  accum = config.train.grad_accum_steps
+
+  def forward(params, model_state, batch, key):
+    model = nnx.merge(graphdef, params, model_state, copy=True)
+    loss, aux = task.loss(model, batch, key, config)
+    _, _, new_model_state = nnx.split(model, nnx.Param, ...)  # e.g. BatchNorm statistics
+    return loss, (aux, new_model_state)
+
+  grad_fn = jax.value_and_grad(forward, has_aux=True)
+
+  def train_step(state, batch):
+    step = state['step'] + 1
+    key = jax.random.fold_in(base_key, step)  # a pure function of the step: resumes exactly
+    params = state['params']
+    if accum == 1:
+      (loss, (aux, model_state)), grads = grad_fn(params, state['model_state'], batch, key)
+    else:
+      # Micro-batch i takes every accum-th example, so each device keeps its own rows.
+      micro = jax.tree.map(
+          lambda x: jnp.swapaxes(x.reshape(x.shape[0] // accum, accum, *x.shape[1:]), 0, 1),
+          batch)
+
+      def body(carry, xs):
+        grads_sum, model_state = carry
+        mb, i = xs
+        (l, (a, model_state)), g = grad_fn(params, model_state, mb, jax.random.fold_in(key, i))
+        return (jax.tree.map(jnp.add, grads_sum, g), model_state), (l, a)
+
+      zeros = jax.tree.map(jnp.zeros_like, params)
+      (grads, model_state), (losses, auxes) = jax.lax.scan(
+          body, (zeros, state['model_state']), (micro, jnp.arange(accum)))
+      grads = jax.tree.map(lambda g: g / accum, grads)
+      loss, aux = losses.mean(), jax.tree.map(jnp.mean, auxes)
+
+    grad_norm = optax.global_norm(grads)
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    updates, opt_state = tx.update(grads, state['opt_state'], params)
+    new = dict(state, step=step, params=optax.apply_updates(params, updates),
+               model_state=model_state, opt_state=opt_state)
+    if 'ema' in state:
+      d = config.train.ema_decay
+      new['ema'] = jax.tree.map(lambda e, p: d * e + (1 - d) * p, state['ema'], new['params'])
+    if config.train.skip_nonfinite:  # keep the old state, only the step counter moves on
+      new = jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, dict(state, step=step))
+    new['first_nonfinite_step'] = jnp.where(
+        (state['first_nonfinite_step'] < 0) & ~finite, step, state['first_nonfinite_step'])
+    scalars = dict(aux, loss=loss, grad_norm=grad_norm, lr=schedule(step - 1),
+                   nonfinite=(~finite).astype(jnp.int32))
+    return new, scalars
+
+  return jax.jit(train_step,
+                 in_shardings=(state_shardings, parallel.batch_sharding(mesh)),
+                 out_shardings=(state_shardings, parallel.replicated(mesh)),
+                 donate_argnums=0)
+
+
+def check_finite(state, config):
+  """Stops the run, naming the step, when a loss or gradient went NaN/Inf (unless skipped)."""
+  bad = int(jax.device_get(state['first_nonfinite_step']))
+  if bad >= 0 and not config.train.skip_nonfinite:
+    raise FloatingPointError(
+        f'loss or gradients became NaN/Inf at step {bad}; the last checkpoint before it is '
+        'kept intact. Lower train.lr, or set train.skip_nonfinite=True to skip such steps.')
+
+
+# ---------------------------------------------------------------- the loop
+
+
+def train(config, workdir):
+  """Trains `config` in `workdir`, resuming from its newest checkpoint; returns the state."""
+  task = load_task(config)
+  mesh = parallel.make_mesh(config.mesh)
+  save_config(config, workdir)
+
+  # Input: each process reads its own slice of every shuffled epoch.
+  local_batch = parallel.per_process_batch(config.train.batch_size, mesh)
+  data = iter(input_lib.train_dataset(
+      task.source(config, workdir, 'train'), batch_size=local_batch, seed=config.seed,
+      process_index=jax.process_index(), process_count=jax.process_count(),
+      num_threads=config.input.num_threads))
+
+  # Model, optimizer and the jitted step.
+  graphdef, state = init_state(config, task, mesh)
+  state_shardings = jax.tree.map(lambda x: x.sharding, state)
+  train_step = make_train_step(config, task, graphdef, mesh, state_shardings)
+
+  # Resume from the newest checkpoint (state and input position together).
+  ckpt = checkpoint.manager(workdir, keep=config.train.keep_checkpoints,
+                            every=config.train.checkpoint_every)
+  restored_step, restored = checkpoint.restore(ckpt, checkpoint.abstract(state), data)
+  if restored is not None:
+    state = restored
+    print(f'Resumed from {workdir} at step {restored_step}.', flush=True)
+  start = int(jax.device_get(state['step']))
+
+  logger = logs.MetricLogger(workdir)
+  progress = tqdm.tqdm(total=config.train.steps, initial=start, unit='step',
+                       disable=jax.process_index() != 0, dynamic_ncols=True)
+  tick, tick_step = time.perf_counter(), start
+  for step in range(start + 1, config.train.steps + 1):
+    batch = parallel.global_batch(mesh, next(data))
+    state, scalars = train_step(state, batch)
+    progress.update()
+
+    if step % config.train.log_every == 0 or step == config.train.steps:
+      check_finite(state, config)
+      scalars = jax.device_get(scalars)
+      now = time.perf_counter()
+      scalars['images_per_s'] = ((step - tick_step) * config.train.batch_size /
+                                 max(now - tick, 1e-9))
+      tick, tick_step = now, step
+      logger.write(step, scalars)
+      progress.set_postfix(loss=f"{scalars['loss']:.3f}",
+                           img_s=f"{scalars['images_per_s']:.0f}")
+
+    if step % config.train.checkpoint_every == 0 or step == config.train.steps:
+      check_finite(state, config)  # never save a state that went NaN
+      checkpoint.save(ckpt, step, state, data, force=step == config.train.steps)
+
+    if config.eval.every and (step % config.eval.every == 0 or step == config.train.steps):
+      for split in config.eval.splits:
+        report = task.evaluate(config, split, graphdef, eval_variables(state), mesh, workdir)
+        logger.write(step, {f'{split}/{k}': v for k, v in report.items()})
+        progress.write(f'step {step} {split}: score {report["score"]:.4f}')
+
+  progress.close()
+  ckpt.wait_until_finished()
+  ckpt.close()
+  logger.close()
+  return state
+
+
+# ---------------------------------------------------------------- restoring for eval
+
+
+def save_config(config, workdir):
+  """Records the config beside the checkpoints, for evaluate / predict and for people."""
+  if jax.process_index() == 0:
+    os.makedirs(workdir, exist_ok=True)
+    tmp = os.path.join(workdir, 'config.json.tmp')
+    with open(tmp, 'w') as f:
+      f.write(config.to_json_best_effort(indent=2))
+    os.replace(tmp, os.path.join(workdir, 'config.json'))
+
+
+def load_trained(config, workdir):
+  """(task, mesh, graphdef, variables, step) from the newest checkpoint in `workdir`."""
+  task = load_task(config)
+  mesh = parallel.make_mesh(config.mesh)
+  graphdef, state = init_state(config, task, mesh)
+  ckpt = checkpoint.manager(workdir, keep=config.train.keep_checkpoints)
+  step, restored = checkpoint.restore(ckpt, checkpoint.abstract(state))
+  ckpt.close()
+  if restored is None:
+    raise FileNotFoundError(f'no checkpoint in {os.path.join(workdir, "checkpoints")}: '
+                            'train first (python -m launch.train ... --workdir same dir)')
+  return task, mesh, graphdef, eval_variables(restored), step
+
+
+def write_json(path, payload):
+  if jax.process_index() == 0:
+    tmp = path + '.tmp'
+    with open(tmp, 'w') as f:
+      json.dump(payload, f, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+  return path
+
+
+def evaluate(config, workdir):
+  """Scores every split in config.eval.splits; writes workdir/eval/metrics.json."""
+  task, mesh, graphdef, variables, step = load_trained(config, workdir)
+  report = {'step': step}
+  for split in config.eval.splits:
+    report[split] = task.evaluate(config, split, graphdef, variables, mesh, workdir)
+  os.makedirs(os.path.join(workdir, 'eval'), exist_ok=True)
+  write_json(os.path.join(workdir, 'eval', 'metrics.json'), report)
+  return report

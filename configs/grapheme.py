@@ -1,0 +1,65 @@
+"""Bengali.AI grapheme classification (root / vowel diacritic / consonant diacritic).
+
+Variants, each run with the trainer CLI:
+
+  # CPU demo on synthetic data (make demo runs all of it):
+  python -m bengrapheme.grapheme.synth --out data/bengali-synth --train 16000 --test 2000
+  python -m launch.train --config configs/grapheme.py:demo --data data/bengali-synth \
+      --workdir workdirs/grapheme-demo
+  # The real competition files (Kaggle bengaliai-cv19), on accelerators:
+  python -m launch.train --config configs/grapheme.py:kaggle --data /kaggle/input/bengaliai-cv19 \
+      --workdir gs://bucket/grapheme-kaggle
+  # Tiny, for the tests:
+  python -m launch.train --config configs/grapheme.py:test --data DIR --workdir DIR
+"""
+import ml_collections
+
+from bengrapheme import augment
+
+
+def get_config(arg='demo'):
+  if arg not in ('demo', 'kaggle', 'test'):
+    raise ValueError(f"configs/grapheme.py:{arg}: expected one of demo, kaggle, test")
+  c = ml_collections.ConfigDict()
+  c.task = 'bengrapheme.grapheme.task'
+  c.seed = 0
+
+  # data.dir is the Kaggle folder as downloaded (may be read-only); --data sets it.
+  # The prepared random-access copy goes to cache_dir ('' = WORKDIR/prepared).
+  c.data = dict(dir='', cache_dir='', val_fraction=0.02)
+  c.input = dict(size=(64, 112), num_threads=8)  # (height, width) the model sees
+  c.model = dict(
+      name='resnet',  # -> bengrapheme/models/resnet.py
+      args=dict(depth=18, width=32, stem='small', dtype='float32'),
+      grapheme_head=True,  # the 1,295-way whole-grapheme head (seen vs unseen graphemes)
+      grapheme_loss_weight=0.5)
+  c.aug = augment.default_config()
+  c.train = dict(
+      steps=1500, batch_size=128, lr=2e-3, warmup_steps=100, final_lr_fraction=0.01,
+      weight_decay=0.05, grad_clip=1.0, ema_decay=0.0, grad_accum_steps=1,
+      skip_nonfinite=False, log_every=50, checkpoint_every=250, keep_checkpoints=3)
+  c.eval = dict(every=500, splits=('val', 'test'), batch_size=256)
+  # A whole-grapheme prediction at least this confident overrides the component heads.
+  c.predict = dict(seen_threshold=0.5)
+  c.mesh = dict(data=-1, fsdp=1)  # data=-1: all devices not used by fsdp
+
+  if arg == 'kaggle':
+    # The full recipe at native resolution: ResNet-34 trunk, bf16 compute, EMA, ~60 epochs.
+    c.data.val_fraction = 0.05
+    c.input.size = (137, 236)
+    c.model.args = dict(depth=34, width=64, stem='imagenet', dtype='bfloat16')
+    c.aug.mixup_alpha = 0.4
+    c.train.update(steps=45000, batch_size=256, lr=1e-3, warmup_steps=1000,
+                   ema_decay=0.999, log_every=100, checkpoint_every=1000)
+    c.eval.update(every=2500, splits=('val',), batch_size=512)
+  elif arg == 'test':
+    c.input.size = (32, 56)
+    c.input.num_threads = 2
+    c.model.args = dict(depth=10, width=8, stem='small', dtype='float32')
+    c.data.val_fraction = 0.25
+    c.train.update(steps=8, batch_size=16, warmup_steps=2, log_every=2, checkpoint_every=2,
+                   keep_checkpoints=10)
+    c.eval.update(every=0, batch_size=16)
+
+  c.lock()  # a mistyped override key is an error, before any work starts
+  return c

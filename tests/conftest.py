@@ -1,0 +1,29 @@
+"""Shared fixtures: one tiny synthetic Bengali.AI folder per test session, and a CLI runner."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope='session')
+def grapheme_data(tmp_path_factory):
+  from bengrapheme.grapheme import synth
+  out = tmp_path_factory.mktemp('bengali') / 'data'
+  synth.write_dataset(str(out), num_train=96, num_test=24, seed=0, workers=1)
+  return str(out)
+
+
+def run_module(module, *args, devices=1, timeout=600, check=True, env=None):
+  """Runs `python -m module args` in a fresh process with `devices` simulated CPU devices."""
+  full_env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS='cpu',
+                  XLA_FLAGS=f'--xla_force_host_platform_device_count={devices}',
+                  **(env or {}))
+  result = subprocess.run([sys.executable, '-m', module, *map(str, args)], cwd=ROOT,
+                          env=full_env, capture_output=True, text=True, timeout=timeout)
+  if check and result.returncode != 0:
+    raise AssertionError(f'{module} {args} exited {result.returncode}:\n'
+                         f'{result.stdout[-3000:]}\n{result.stderr[-6000:]}')
+  return result

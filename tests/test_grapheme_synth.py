@@ -1,0 +1,185 @@
+"""The class map and the synthetic Bengali.AI dataset in the Kaggle layout.
+
+Writing a 32,333-column parquet file costs ~1.5 s whatever its size, so one dataset is written
+to disk; the determinism checks capture what a second run would write instead.
+"""
+import collections
+import os
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from bengrapheme.grapheme import classes
+from bengrapheme.grapheme import kaggle
+from bengrapheme.grapheme import synth
+
+NUM_TRAIN, NUM_TEST, SEED = 24, 12, 3
+COMPONENTS_ALPHABETICAL = ['consonant_diacritic', 'grapheme_root', 'vowel_diacritic']
+
+
+def _capture_writes(monkeypatch, write_files):
+  """Records every image parquet write as {file name: (ids, images)}; optionally writes it."""
+  written = {}
+  real_write = kaggle.write_image_parquet
+
+  def write(path, image_ids, images):
+    written[os.path.basename(path)] = (list(image_ids), np.array(images))
+    if write_files:
+      real_write(path, image_ids, images)
+
+  monkeypatch.setattr(kaggle, 'write_image_parquet', write)
+  return written
+
+
+@pytest.fixture(scope='module')
+def dataset(tmp_path_factory):
+  out = str(tmp_path_factory.mktemp('synth'))
+  with pytest.MonkeyPatch.context() as monkeypatch:
+    written = _capture_writes(monkeypatch, write_files=True)
+    synth.write_dataset(out, NUM_TRAIN, NUM_TEST, seed=SEED, workers=2)
+  return out, written
+
+
+def _csv_bytes(out):
+  names = ['train.csv', 'test.csv', 'sample_submission.csv', 'class_map.csv', 'test_labels.csv']
+  return {name: open(os.path.join(out, name), 'rb').read() for name in names}
+
+
+def test_image_files_in_kaggle_layout(dataset):
+  out, written = dataset
+  for split, num in (('train', NUM_TRAIN), ('test', NUM_TEST)):
+    ids = []
+    for shard in range(kaggle.NUM_SHARDS):
+      parquet = pq.ParquetFile(os.path.join(out, f'{split}_image_data_{shard}.parquet'))
+      schema = parquet.schema_arrow
+      assert schema.names == ['image_id'] + [str(i) for i in range(32332)]
+      assert set(schema.types[1:]) == {pa.uint8()}
+      assert parquet.metadata.num_row_groups == 1
+      ids += parquet.read(columns=['image_id']).column(0).to_pylist()
+    assert ids == [f'{split.capitalize()}_{i}' for i in range(num)]
+  frame = pd.read_parquet(os.path.join(out, 'train_image_data_0.parquet'))
+  pixels = frame.drop(columns='image_id').to_numpy()
+  assert pixels.dtype == np.uint8 and pixels.shape == (NUM_TRAIN // 4, 137 * 236)
+  np.testing.assert_array_equal(pixels.reshape(-1, 137, 236),
+                                written['train_image_data_0.parquet'][1])
+  # Dark ink on light paper, in every image of both splits.
+  for _, images in written.values():
+    flat = images.reshape(len(images), -1)
+    assert np.all(flat.min(axis=1) < 100) and np.all(np.median(flat, axis=1) > 200)
+
+
+def test_csv_files_in_kaggle_layout(dataset):
+  out, _ = dataset
+  train = pd.read_csv(os.path.join(out, 'train.csv'))
+  assert list(train.columns) == ['image_id', 'grapheme_root', 'vowel_diacritic',
+                                 'consonant_diacritic', 'grapheme']
+  assert list(train.image_id) == [f'Train_{i}' for i in range(NUM_TRAIN)]
+  for row in train.itertuples():
+    assert classes.GRAPHEMES[classes.grapheme_id(row.grapheme)] == (
+        row.grapheme_root, row.vowel_diacritic, row.consonant_diacritic, row.grapheme)
+  test = pd.read_csv(os.path.join(out, 'test.csv'))
+  assert list(test.columns) == ['row_id', 'image_id', 'component']
+  expected = [(f'Test_{i}_{c}', f'Test_{i}', c)
+              for i in range(NUM_TEST) for c in COMPONENTS_ALPHABETICAL]
+  assert list(test.itertuples(index=False, name=None)) == expected
+  submission = pd.read_csv(os.path.join(out, 'sample_submission.csv'))
+  assert list(submission.columns) == ['row_id', 'target']
+  assert list(submission.row_id) == list(test.row_id)
+  class_map = pd.read_csv(os.path.join(out, 'class_map.csv'), dtype={'component': str})
+  assert list(class_map.columns) == ['component_type', 'label', 'component']
+  assert list(class_map.itertuples(index=False, name=None)) == classes.class_map()
+
+
+def test_same_seed_and_any_worker_count_give_the_same_data(dataset, tmp_path, monkeypatch):
+  out, written = dataset
+  again = _capture_writes(monkeypatch, write_files=False)
+  synth.write_dataset(str(tmp_path), NUM_TRAIN, NUM_TEST, seed=SEED, workers=1)
+  assert sorted(again) == sorted(written) and len(written) == 2 * kaggle.NUM_SHARDS
+  for name in written:
+    assert again[name][0] == written[name][0]
+    np.testing.assert_array_equal(again[name][1], written[name][1])
+  assert _csv_bytes(str(tmp_path)) == _csv_bytes(out)
+
+
+def test_different_seed_gives_different_data():
+  assert synth._plan('train', NUM_TRAIN, 0, 0.3) != synth._plan('train', NUM_TRAIN, 1, 0.3)
+  a = synth.render('ক্ট্রো', 'Likhan', [0, 0, 5])
+  b = synth.render('ক্ট্রো', 'Likhan', [1, 0, 5])
+  assert a.shape == (137, 236) and a.dtype == np.uint8 and not np.array_equal(a, b)
+
+
+def test_test_split_has_unseen_graphemes_and_held_out_fonts(dataset):
+  out, _ = dataset
+  labels = pd.read_csv(os.path.join(out, 'test_labels.csv'))
+  assert list(labels.columns) == ['image_id', 'grapheme_root', 'vowel_diacritic',
+                                  'consonant_diacritic', 'grapheme', 'seen', 'font']
+  real = {(r, v, c) for r, v, c, _ in classes.GRAPHEMES}
+  unseen = labels[labels.seen == 0]
+  assert len(unseen) == round(0.3 * NUM_TEST)
+  for row in unseen.itertuples():
+    triple = (row.grapheme_root, row.vowel_diacritic, row.consonant_diacritic)
+    assert triple not in real and row.grapheme == classes.compose(*triple)
+  assert all(classes.grapheme_id(g) >= 0 for g in labels[labels.seen == 1].grapheme)
+  assert (labels.font.isin(list(synth.HELD_OUT_FONTS))).sum() == NUM_TEST // 2
+  assert not set(synth.HELD_OUT_FONTS) & set(synth.TRAIN_FONTS)
+  train_fonts = {row[6] for row in synth._plan('train', NUM_TRAIN, SEED, 0.3)}
+  assert train_fonts <= set(synth.TRAIN_FONTS)
+
+
+def test_train_cycles_through_all_graphemes():
+  plan = synth._plan('train', 2 * classes.NUM_GRAPHEMES, 0, 0.3)
+  counts = collections.Counter(row[4] for row in plan)
+  assert len(counts) == classes.NUM_GRAPHEMES and set(counts.values()) == {2}
+
+
+def test_fonts_have_the_glyphs_they_are_picked_for():
+  # Likhan and Jamrul have no khanda ta: the check must see that, and never pick them for it.
+  assert 'ৎ' in synth._missing_chars('Likhan') and not synth._missing_chars('Noto Sans Bengali')
+  for row in synth._plan('test', 200, 0, 0.3) + synth._plan('train', 1295, 0, 0.3):
+    assert not synth._missing_chars(row[6]) & set(row[5])
+
+
+def test_class_map():
+  rows = classes.class_map()
+  counts = collections.Counter(component for component, _, _ in rows)
+  assert counts == {'grapheme_root': 168, 'vowel_diacritic': 11, 'consonant_diacritic': 7}
+  vowels = [classes.component_string('vowel_diacritic', i) for i in range(11)]
+  assert vowels == ['0', 'া', 'ি', 'ী', 'ু', 'ূ', 'ৃ', 'ে', 'ৈ', 'ো', 'ৌ']
+  consonants = [classes.component_string('consonant_diacritic', i) for i in range(7)]
+  assert consonants == ['0', 'ঁ', 'র্', 'র্য', '্য', '্র', '্র্য']
+  assert classes.component_string('grapheme_root', 13) == 'ক'
+  with pytest.raises(ValueError, match='vowel_diacritic'):
+    classes.component_string('vowel_diacritic', 11)
+
+
+def test_compose_reproduces_real_spellings():
+  wrong = [g for r, v, c, g in classes.GRAPHEMES if classes.compose(r, v, c) != g]
+  assert sorted(wrong) == sorted(classes.COMPOSE_EXCEPTIONS)
+  assert classes.NUM_GRAPHEMES - len(wrong) == 1291
+
+
+def test_grapheme_id():
+  assert [classes.grapheme_id(g) for _, _, _, g in classes.GRAPHEMES] == list(range(1295))
+  assert classes.grapheme_id('ক্ক্ক') == -1
+
+
+def test_unseen_triples_are_new_and_valid():
+  triples = classes.unseen_triples()
+  real = {(r, v, c) for r, v, c, _ in classes.GRAPHEMES}
+  assert len(triples) > 5000 and not set(triples) & real
+  for root, vowel, consonant in triples:
+    text = classes.ROOTS[root]
+    if text in classes.SIGN_ROOTS:
+      pytest.fail(f'sign root {text} takes nothing')
+    if text in classes.INDEPENDENT_VOWELS:
+      assert (vowel, consonant) == (0, 1)
+
+
+def test_bad_arguments_are_rejected(tmp_path):
+  with pytest.raises(ValueError, match='num_train'):
+    synth.write_dataset(str(tmp_path), -1, 1)
+  with pytest.raises(ValueError, match='unseen_fraction'):
+    synth.write_dataset(str(tmp_path), 1, 1, unseen_fraction=1.5)

@@ -1,0 +1,408 @@
+"""Reading, validating and preparing the Kaggle Bengali.AI layout, on tiny hand-made data.
+
+Every 32,332-column parquet file costs about a second to write or read, so the data dirs are
+built once per module and error cases are symlinked variants that replace one file.
+"""
+import csv
+import io
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import types
+
+import grain
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from bengrapheme.grapheme import classes
+from bengrapheme.grapheme import kaggle
+from bengrapheme.grapheme import prepare as prepare_lib
+from bengrapheme.grapheme.kaggle import DataError
+
+TRAIN_SHARDS = [[0, 1], [2, 3], [4, 5], [6]]  # image numbers in each train parquet
+TRAIN_CSV_ORDER = [3, 0, 6, 1, 5, 2, 4]  # train.csv order differs from parquet order
+TEST_SHARDS = [[0], [1, 2], [3], [4]]
+TEST_CSV_ORDER = [2, 0, 4, 1, 3]
+FAST_WRITE = dict(use_dictionary=False, write_statistics=False)
+
+
+def csv_text(header, rows):
+  out = io.StringIO()
+  writer = csv.writer(out, lineterminator='\n')
+  writer.writerow(header)
+  writer.writerows(rows)
+  return out.getvalue()
+
+
+def write_dir(path, files):
+  path.mkdir(parents=True, exist_ok=True)
+  for name, content in files.items():
+    if isinstance(content, str):
+      (path / name).write_text(content, encoding='utf-8')
+    else:
+      content(path / name)
+  return path
+
+
+@pytest.fixture(scope='module')
+def data(tmp_path_factory):
+  rng = np.random.default_rng(0)
+  d = types.SimpleNamespace()
+  d.train_ids = [f'Train_{i}' for i in range(7)]
+  d.train_images = rng.integers(0, 256, (7, kaggle.HEIGHT, kaggle.WIDTH), np.uint8)
+  d.train_labels = np.stack([rng.integers(0, n, 7) for n in kaggle.NUM_CLASSES], 1)
+  with open(classes.GRAPHEMES_CSV, encoding='utf-8') as f:
+    table = list(csv.DictReader(f))
+  d.train_graphemes = [table[i]['grapheme'] for i in range(6)] + ['not a grapheme']
+  d.test_ids = [f'Test_{i}' for i in range(5)]
+  d.test_images = rng.integers(0, 256, (5, kaggle.HEIGHT, kaggle.WIDTH), np.uint8)
+  d.test_labels = np.stack([rng.integers(0, n, 5) for n in kaggle.NUM_CLASSES], 1)
+  d.test_graphemes = [table[10]['grapheme'], 'x', table[11]['grapheme'], 'y', 'z']
+  files = {}
+  for split, ids, images, shards in (('train', d.train_ids, d.train_images, TRAIN_SHARDS),
+                                     ('test', d.test_ids, d.test_images, TEST_SHARDS)):
+    for shard, numbers in enumerate(shards):
+      files[kaggle.image_parquet_name(split, shard)] = (
+          lambda path, numbers=numbers, ids=ids, images=images: kaggle.write_image_parquet(
+              path, [ids[i] for i in numbers], images[numbers]))
+  files['train.csv'] = csv_text(
+      kaggle.LABEL_COLUMNS,
+      [[d.train_ids[i], *d.train_labels[i], d.train_graphemes[i]] for i in TRAIN_CSV_ORDER])
+  components = sorted(kaggle.COMPONENTS)
+  files['test.csv'] = csv_text(
+      kaggle.TEST_COLUMNS,
+      [[f'{d.test_ids[i]}_{c}', d.test_ids[i], c] for i in TEST_CSV_ORDER for c in components])
+  files['test_labels.csv'] = csv_text(
+      [*kaggle.LABEL_COLUMNS, 'seen', 'font'],
+      [[d.test_ids[i], *d.test_labels[i], d.test_graphemes[i], 1, 'Font'] for i in (4, 3, 2, 1, 0)])
+  d.dir = write_dir(tmp_path_factory.mktemp('kaggle'), files)
+  d.files = files
+  return d
+
+
+def variant(data, path, **files):
+  """A data dir that links to `data`'s files except the ones given (None deletes)."""
+  path.mkdir()
+  for name in os.listdir(data.dir):
+    if name not in files:
+      os.symlink(data.dir / name, path / name)
+  return write_dir(path, {name: content for name, content in files.items() if content is not None})
+
+
+def edit_line(text, line, new):
+  lines = text.splitlines()
+  lines[line - 1] = new
+  return '\n'.join(lines) + '\n'
+
+
+def raises_data_error(fn, *expected):
+  with pytest.raises(DataError) as info:
+    fn()
+  for part in expected:
+    assert part in str(info.value), (part, str(info.value))
+  return str(info.value)
+
+
+# --- CSV and cross-file checks --------------------------------------------------------------
+
+TRAIN_HEADER = ','.join(kaggle.LABEL_COLUMNS)
+
+
+def train_csv_cases(text):
+  line2 = text.splitlines()[1].split(',')  # Train_3
+  return {
+      'missing column': (text.replace(TRAIN_HEADER, TRAIN_HEADER.replace(',vowel_diacritic', '')),
+                         ['train.csv', "'vowel_diacritic'"]),
+      'root out of range': (edit_line(text, 3, ','.join(['Train_0', '168', *line2[2:]])),
+                            ['train.csv', 'line 3', 'Train_0', 'grapheme_root 168', '[0, 168)']),
+      'negative vowel': (edit_line(text, 2, ','.join([line2[0], line2[1], '-1', *line2[3:]])),
+                         ['train.csv', 'line 2', 'Train_3', 'vowel_diacritic -1', '[0, 11)']),
+      'non-integer': (edit_line(text, 2, ','.join([*line2[:3], '1.5', line2[4]])),
+                      ['train.csv', 'line 2', 'consonant_diacritic', "'1.5'", 'integer']),
+      'empty label': (edit_line(text, 4, ','.join(['Train_6', '', *line2[2:]])),
+                      ['train.csv', 'line 4', 'grapheme_root', "''", 'integer']),
+      'short row': (edit_line(text, 5, 'Train_1,1,2'), ['train.csv', 'line 5', '3 fields']),
+      'duplicate': (text + text.splitlines()[1] + '\n',
+                    ['train.csv', 'line 9', "duplicate image_id 'Train_3'", 'line 2']),
+      'not in parquet': (text + 'Train_99,1,1,1,x\n',
+                         ['train.csv', "'Train_99'", 'train_image_data_0.parquet']),
+      'not in csv': (''.join(l + '\n' for l in text.splitlines() if not l.startswith('Train_6,')),
+                     ['train_image_data_3.parquet', 'row 0', "'Train_6'", 'train.csv']),
+      'empty': (TRAIN_HEADER + '\n', ['train.csv', 'no data rows']),
+  }
+
+
+@pytest.mark.parametrize('case', ['missing column', 'root out of range', 'negative vowel',
+                                  'non-integer', 'empty label', 'short row', 'duplicate',
+                                  'not in parquet', 'not in csv', 'empty'])
+def test_train_csv_errors(data, tmp_path, case):
+  text, expected = train_csv_cases(data.files['train.csv'])[case]
+  path = variant(data, tmp_path / 'd', **{'train.csv': text})
+  raises_data_error(lambda: kaggle.validate(path, 'train'), *expected)
+
+
+def test_validate_train(data):
+  split = kaggle.validate(data.dir, 'train')
+  assert split.image_ids == [data.train_ids[i] for i in TRAIN_CSV_ORDER]
+  np.testing.assert_array_equal(split.labels, data.train_labels[TRAIN_CSV_ORDER])
+  assert split.labels.dtype == np.int32
+  assert [[image_id for image_id in ids] for _, ids in split.shards] == [
+      [data.train_ids[i] for i in numbers] for numbers in TRAIN_SHARDS]
+
+
+def test_test_csv_errors(data, tmp_path):
+  text = data.files['test.csv']
+  lines = text.splitlines()
+  cases = {
+      'bad component': (edit_line(text, 2, 'Test_2_consonant,Test_2,consonant'),
+                        ['test.csv', 'line 2', "'consonant'", 'consonant_diacritic']),
+      'row_id': (edit_line(text, 3, 'Test_2_root,Test_2,grapheme_root'),
+                 ['test.csv', 'line 3', "'Test_2_root'", "'Test_2_grapheme_root'"]),
+      'two rows': ('\n'.join(lines[:3] + lines[4:]) + '\n',
+                   ['test.csv', "'Test_2'", '2 rows', 'three rows']),
+      'repeated component': (edit_line(text, 4, 'Test_2_grapheme_root,Test_2,grapheme_root'),
+                             ['test.csv', "'Test_2'", 'three rows']),
+      'missing column': (text.replace('row_id,image_id,component', 'row_id,image_id,part'),
+                         ['test.csv', "'component'"]),
+      'empty': (lines[0] + '\n', ['test.csv', 'no data rows']),
+  }
+  for name, (content, expected) in cases.items():
+    path = variant(data, tmp_path / name.replace(' ', '_'), **{'test.csv': content})
+    raises_data_error(lambda: kaggle.test_rows(path), *expected)
+    raises_data_error(lambda: kaggle.validate(path, 'test'), *expected)
+
+
+def test_test_labels_errors(data, tmp_path):
+  text = data.files['test_labels.csv']
+  lines = text.splitlines()
+  cases = {
+      'missing image': ('\n'.join(lines[:-1]) + '\n',
+                        ['test_labels.csv', "'Test_0'", 'test.csv']),
+      'extra image': (text + 'Test_9,1,1,1,x,0,F\n', ['test_labels.csv', "'Test_9'", 'test.csv']),
+      'out of range': (edit_line(text, 2, 'Test_4,1,11,1,x,0,F'),
+                       ['test_labels.csv', 'line 2', 'Test_4', 'vowel_diacritic 11', '[0, 11)']),
+      'missing column': (text.replace(',grapheme,', ',glyph,'), ['test_labels.csv', "'grapheme'"]),
+  }
+  for name, (content, expected) in cases.items():
+    path = variant(data, tmp_path / name.replace(' ', '_'), **{'test_labels.csv': content})
+    raises_data_error(lambda: kaggle.validate(path, 'test'), *expected)
+
+
+def test_missing_files(data, tmp_path):
+  for name in ('train_image_data_2.parquet', 'train.csv'):
+    path = variant(data, tmp_path / name, **{name: None})
+    raises_data_error(lambda: kaggle.validate(path, 'train'), name, 'missing')
+  path = variant(data, tmp_path / 'no_test', **{'test.csv': None})
+  raises_data_error(lambda: kaggle.test_rows(path), 'test.csv')
+  raises_data_error(lambda: prepare_lib.prepare(path, 'test', tmp_path / 'cache'),
+                    'test.csv', 'missing')
+
+
+def test_test_rows_in_file_order(data):
+  rows = kaggle.test_rows(data.dir)
+  assert [r[0] for r in rows] == [f'{data.test_ids[i]}_{c}' for i in TEST_CSV_ORDER
+                                  for c in sorted(kaggle.COMPONENTS)]
+  assert rows[0] == ('Test_2_consonant_diacritic', 'Test_2', 'consonant_diacritic')
+
+
+# --- Parquet schema checks ------------------------------------------------------------------
+
+
+@pytest.fixture(scope='module')
+def wide(data):
+  """A two-image wide table to damage, and its pixels."""
+  flat = data.train_images[:2].reshape(2, kaggle.NUM_PIXELS)
+  columns = [pa.array(['Train_0', 'Train_1'])] + [pa.array(flat[:, i])
+                                                  for i in range(kaggle.NUM_PIXELS)]
+  return pa.Table.from_arrays(columns, names=['image_id'] + kaggle.PIXEL_COLUMNS), flat
+
+
+def test_parquet_schema_errors(wide, tmp_path):
+  table, _ = wide
+  pixel = lambda name: table.schema.get_field_index(name)
+  cases = {
+      'dropped column': (table.remove_column(pixel('5')),
+                         [f'{kaggle.NUM_PIXELS - 1} pixel columns', f'{kaggle.NUM_PIXELS}',
+                          "missing column '5'"]),
+      'misnamed column': (table.rename_columns(
+          [('x7' if n == '7' else n) for n in table.column_names]), ["unexpected column 'x7'"]),
+      'extra column': (table.append_column('32332', table.column('0')),
+                       ["unexpected column '32332'"]),
+      'int16 pixels': (table.set_column(pixel('3'), '3', table.column('3').cast(pa.int16())),
+                       ["pixel column '3'", 'int16', 'expected uint8']),
+      'no image_id': (table.rename_columns(['id'] + kaggle.PIXEL_COLUMNS), ['"image_id"']),
+      'duplicate id': (table.set_column(0, 'image_id', pa.array(['Train_0', 'Train_0'])),
+                       ['row 1', "duplicate image_id 'Train_0'", 'row 0']),
+      'null id': (table.set_column(0, 'image_id', pa.array(['Train_0', None])),
+                  ['row 1', 'image_id is missing']),
+  }
+  for name, (damaged, expected) in cases.items():
+    path = tmp_path / f'{name.replace(" ", "_")}.parquet'
+    pq.write_table(damaged, path, **FAST_WRITE)
+    raises_data_error(lambda: kaggle.read_image_ids(path), str(path), *expected)
+  path = tmp_path / 'garbage.parquet'
+  path.write_bytes(b'not a parquet file')
+  raises_data_error(lambda: kaggle.read_image_ids(path), str(path), 'parquet')
+
+
+def test_null_pixel(wide, tmp_path):
+  table, _ = wide
+  path = tmp_path / 'null.parquet'
+  pq.write_table(table.set_column(table.schema.get_field_index('9'), '9',
+                                  pa.array([1, None], pa.uint8())), path, **FAST_WRITE)
+  out = np.zeros((2, kaggle.NUM_PIXELS), np.uint8)
+  raises_data_error(lambda: kaggle.read_image_rows(path, out, [0, 1]), str(path), 'row 1',
+                    "'9'")
+
+
+def test_duplicate_across_files(data, tmp_path):
+  def write(path):
+    kaggle.write_image_parquet(path, ['Train_6', 'Train_0'], data.train_images[[6, 0]])
+  path = variant(data, tmp_path / 'd', **{'train_image_data_3.parquet': write})
+  raises_data_error(lambda: kaggle.validate(path, 'train'), 'train_image_data_3.parquet',
+                    'row 1', "duplicate image_id 'Train_0'", 'train_image_data_0.parquet')
+
+
+def test_pandas_index_columns_tolerated(wide, tmp_path):
+  table, flat = wide
+  for name, index in (('__index_level_0__', pa.array([5, 6])), ('Unnamed: 0', pa.array([0, 1])),
+                      ('', pa.array([0, 1], pa.int32()))):
+    path = tmp_path / 'indexed.parquet'
+    # Index columns come first or last depending on how the file was written.
+    pq.write_table(table.add_column(0, name, index), path, **FAST_WRITE)
+    assert kaggle.read_image_ids(path) == ['Train_0', 'Train_1']
+  out = np.zeros((2, kaggle.NUM_PIXELS), np.uint8)
+  kaggle.read_image_rows(path, out, [1, 0])
+  np.testing.assert_array_equal(out, flat[::-1])
+  pq.write_table(table.append_column('__index_level_0__', pa.array([5, 6])), path, **FAST_WRITE)
+  assert kaggle.read_image_ids(path) == ['Train_0', 'Train_1']
+
+
+# --- prepare and GraphemeSource -------------------------------------------------------------
+
+
+@pytest.fixture(scope='module')
+def read_only(data, tmp_path_factory):
+  """A read-only copy of the data dir, prepared once; the real download may be read-only."""
+  root = tmp_path_factory.mktemp('ro') / 'data'
+  shutil.copytree(data.dir, root)
+  for path in [root, *root.iterdir()]:
+    path.chmod(path.stat().st_mode & ~0o222)
+  cache = tmp_path_factory.mktemp('cache')
+  before = snapshot(root)
+  yield types.SimpleNamespace(dir=root, cache=cache, before=before,
+                              train=prepare_lib.prepare(root, 'train', cache),
+                              test=prepare_lib.prepare(root, 'test', cache))
+  root.chmod(0o755)
+
+
+def snapshot(path):
+  return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in [path, *path.iterdir()]}
+
+
+def test_read_only_data_dir_untouched(read_only):
+  # As root, chmod does not stop writes: check that nothing was written either.
+  assert snapshot(read_only.dir) == read_only.before
+  assert not os.access(read_only.dir, os.W_OK) or os.geteuid() == 0
+
+
+def test_prepare_round_trip_train(data, read_only):
+  source = prepare_lib.GraphemeSource(read_only.train)
+  order = TRAIN_CSV_ORDER
+  assert len(source) == 7 and source.image_ids == [data.train_ids[i] for i in order]
+  for k, i in enumerate(order):
+    item = source[k]
+    assert item['image'].dtype == np.uint8 and item['image'].shape == (137, 236)
+    np.testing.assert_array_equal(item['image'], data.train_images[i])
+    assert item['labels'].dtype == np.int32
+    np.testing.assert_array_equal(item['labels'], data.train_labels[i])
+    assert item['grapheme'].dtype == np.int32 and item['index'].dtype == np.int32
+    assert item['grapheme'] == classes.grapheme_id(data.train_graphemes[i])
+    assert item['index'] == k
+  assert source[2]['grapheme'] == -1  # 'not a grapheme'
+  assert source[1]['grapheme'] == 0  # first row of graphemes.csv
+  with pytest.raises(IndexError):
+    source[7]
+
+
+def test_prepare_round_trip_test(data, read_only):
+  source = prepare_lib.GraphemeSource(read_only.test)
+  order = TEST_CSV_ORDER
+  assert source.image_ids == [data.test_ids[i] for i in order]
+  for k, i in enumerate(order):
+    np.testing.assert_array_equal(source[k]['image'], data.test_images[i])
+    np.testing.assert_array_equal(source[k]['labels'], data.test_labels[i])
+    assert source[k]['grapheme'] == classes.grapheme_id(data.test_graphemes[i])
+
+
+def test_test_without_labels(data, tmp_path):
+  path = variant(data, tmp_path / 'd', **{'test_labels.csv': None})
+  split = kaggle.validate(path, 'test')
+  assert split.image_ids == [data.test_ids[i] for i in TEST_CSV_ORDER]
+  assert (split.labels == -1).all() and split.labels.shape == (5, 3)
+  assert split.graphemes == [''] * 5
+
+
+def test_cache_reused_when_unchanged(read_only):
+  before = {p.name: p.stat().st_mtime_ns for p in read_only.train.iterdir()}
+  assert prepare_lib.prepare(read_only.dir, 'train', read_only.cache) == read_only.train
+  assert {p.name: p.stat().st_mtime_ns for p in read_only.train.iterdir()} == before
+  assert sorted(p.name for p in read_only.cache.iterdir()) == sorted(
+      [read_only.train.name, read_only.test.name])
+
+
+def test_failure_midway_and_rebuild(data, tmp_path, monkeypatch):
+  path = variant(data, tmp_path / 'd', **{'test_labels.csv': data.files['test_labels.csv']})
+  cache = tmp_path / 'cache'
+  read_rows = kaggle.read_image_rows
+  calls = []
+
+  def fail_on_second_file(*args):
+    calls.append(args[0])
+    if len(calls) == 2:
+      raise OSError('disk full')
+    read_rows(*args)
+
+  monkeypatch.setattr(kaggle, 'read_image_rows', fail_on_second_file)
+  with pytest.raises(OSError, match='disk full'):
+    prepare_lib.prepare(path, 'test', cache)
+  assert list(cache.iterdir()) == []  # nothing that a later call could take for a cache
+  monkeypatch.undo()
+
+  # A build killed outright leaves its temporary dir: it must never be reused, and is removed.
+  dead = subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'],
+                        capture_output=True, text=True, check=True).stdout.strip()
+  first = prepare_lib.prepare(path, 'test', cache)
+  stale = cache / f'.tmp-{first.name}-{dead}@{os.uname().nodename}'
+  shutil.copytree(first, stale)
+  (stale / 'images.npy').write_bytes(b'')
+
+  # A changed source file (new labels, new mtime) gets a fresh conversion; the old one goes.
+  text = edit_line(data.files['test_labels.csv'], 2, 'Test_4,5,5,5,x,0,F')
+  (path / 'test_labels.csv').write_text(text, encoding='utf-8')
+  os.utime(path / 'test_labels.csv', ns=(1, 1))
+  second = prepare_lib.prepare(path, 'test', cache)
+  assert second != first and not first.exists() and not stale.exists()
+  source = prepare_lib.GraphemeSource(second)
+  np.testing.assert_array_equal(source[source.image_ids.index('Test_4')]['labels'], [5, 5, 5])
+  np.testing.assert_array_equal(source[0]['image'], data.test_images[TEST_CSV_ORDER[0]])
+
+
+def test_grain_threads_and_pickle(data, read_only):
+  source = prepare_lib.GraphemeSource(read_only.train)
+  source[0]  # opens the memory map, which must not travel through pickle
+  source = pickle.loads(pickle.dumps(source))
+  dataset = (grain.MapDataset.source(source).shuffle(seed=1).batch(3)
+             .to_iter_dataset(grain.ReadOptions(num_threads=4, prefetch_buffer_size=4)))
+  batches = list(dataset)
+  assert [len(b['index']) for b in batches] == [3, 3, 1]
+  index = np.concatenate([b['index'] for b in batches])
+  assert sorted(index) == list(range(7))
+  images = np.concatenate([b['image'] for b in batches])
+  expected = data.train_images[np.array(TRAIN_CSV_ORDER)[index]]
+  np.testing.assert_array_equal(images, expected)
+  assert batches[0]['labels'].dtype == np.int32 and batches[0]['labels'].shape == (3, 3)

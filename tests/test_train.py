@@ -1,0 +1,88 @@
+"""The trainer end to end through the CLIs, on the tiny `test` config."""
+import csv
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import run_module
+
+CONFIG = 'configs/grapheme.py:test'
+
+
+def losses(workdir):
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    rows = [json.loads(line) for line in f]
+  return {r['step']: r['loss'] for r in rows if 'loss' in r}
+
+
+@pytest.fixture(scope='module')
+def trained(grapheme_data, tmp_path_factory):
+  """The test config trained for 4 steps on 1 device, logging every step."""
+  workdir = str(tmp_path_factory.mktemp('run') / 'one_device')
+  run_module('launch.train', f'--config={CONFIG}', '--data', grapheme_data,
+             '--workdir', workdir, '--config.train.steps=4', '--config.train.log_every=1')
+  return workdir
+
+
+def test_eight_devices_match_one(grapheme_data, trained, tmp_path):
+  workdir = str(tmp_path / 'eight_devices')
+  run_module('launch.train', f'--config={CONFIG}', '--data', grapheme_data,
+             '--workdir', workdir, '--config.train.steps=4', '--config.train.log_every=1',
+             devices=8)
+  one, eight = losses(trained), losses(workdir)
+  assert sorted(one) == sorted(eight) == [1, 2, 3, 4]
+  np.testing.assert_allclose([eight[s] for s in range(1, 5)], [one[s] for s in range(1, 5)],
+                             rtol=0, atol=1e-5)
+
+
+def test_rerun_resumes_from_newest_checkpoint(grapheme_data, trained, tmp_path):
+  workdir = str(tmp_path / 'resume')
+  args = [f'--config={CONFIG}', '--data', grapheme_data, '--workdir', workdir]
+  run_module('launch.train', *args, '--config.train.steps=4')
+  result = run_module('launch.train', *args, '--config.train.steps=6')
+  assert 'Resumed from' in result.stdout and 'at step 4' in result.stdout
+  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints')))[-1] == '6'
+
+
+def test_evaluate_and_predict(grapheme_data, trained):
+  run_module('launch.evaluate', f'--config={CONFIG}', '--data', grapheme_data,
+             '--workdir', trained)
+  with open(os.path.join(trained, 'eval', 'metrics.json')) as f:
+    report = json.load(f)
+  assert report['step'] == 4
+  for split in ('val', 'test'):
+    assert 0.0 <= report[split]['score'] <= 1.0
+  # The synthetic test split holds both seen and unseen graphemes: both are scored.
+  assert report['test']['num_unseen'] > 0 and report['test']['num_seen'] > 0
+  assert 'combined/unseen/score' in report['test']
+
+  run_module('launch.predict', f'--config={CONFIG}', '--data', grapheme_data,
+             '--workdir', trained)
+  with open(os.path.join(grapheme_data, 'test.csv')) as f:
+    expected = [row['row_id'] for row in csv.DictReader(f)]
+  with open(os.path.join(trained, 'submission.csv')) as f:
+    rows = list(csv.DictReader(f))
+  assert [r['row_id'] for r in rows] == expected
+  limits = {'grapheme_root': 168, 'vowel_diacritic': 11, 'consonant_diacritic': 7}
+  for r in rows:
+    component = r['row_id'].split('_', 2)[2]
+    assert 0 <= int(r['target']) < limits[component]
+
+
+def test_mistyped_override_fails_before_work(grapheme_data, tmp_path):
+  workdir = tmp_path / 'typo'
+  result = run_module('launch.train', f'--config={CONFIG}', '--data', grapheme_data,
+                      '--workdir', workdir, '--config.train.stepz=3', check=False)
+  assert result.returncode != 0
+  assert 'stepz' in result.stderr
+  assert not workdir.exists()
+
+
+def test_submission_is_never_partial(tmp_path):
+  from bengrapheme.grapheme import task
+  path = str(tmp_path / 'submission.csv')
+  with pytest.raises(ValueError, match='3 row ids but 2 targets'):
+    task.write_submission(path, ['a', 'b', 'c'], [1, 2])
+  assert not os.path.exists(path) and not os.path.exists(path + '.tmp')
