@@ -6,6 +6,8 @@ Images are float32 [B, H, W, C] with ink high and paper 0 (the model input is
 are static Python numbers, so a stage that is switched off costs nothing in the jitted step.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -53,13 +55,15 @@ def apply(key, images, targets, aug):
 # Geometry.
 
 
-def _pixel_grid(height, width):
-  return jnp.meshgrid(jnp.arange(height, dtype=jnp.float32),
-                      jnp.arange(width, dtype=jnp.float32), indexing='ij')
+def _pixel_axes(height, width):
+  """Row and column coordinates [1, H, 1] and [1, 1, W]: masks built from them broadcast
+  over the batch, and each comparison runs once per row or column, not per pixel."""
+  return (jnp.arange(height, dtype=jnp.float32)[None, :, None],
+          jnp.arange(width, dtype=jnp.float32)[None, None, :])
 
 
 def _bilinear(image, ys, xs):
-  """Samples image [H, W, C] at float coordinates [H', W'], 0 outside the image.
+  """Samples image [H, W, C] at float coordinates ys, xs [H', W'], 0 outside the image.
 
   A hand-written gather rather than `jax.scipy.ndimage.map_coordinates`: the same speed for
   one channel and 1.5x faster for three on CPU (B=64, 128x128), because the corner indices and
@@ -94,19 +98,17 @@ def affine_transform(images, angle_deg, shear_deg, scale, translate):
   """
   height, width = images.shape[1:3]
   angle, shear = jnp.deg2rad(angle_deg), jnp.deg2rad(shear_deg)
-  cos, sin, tan = jnp.cos(angle), jnp.sin(angle), jnp.tan(shear)
-  one, zero = jnp.ones_like(cos), jnp.zeros_like(cos)
-  # Sampling needs the inverse map, output pixel -> source coordinate, in (y, x) order.
-  rotate_inv = jnp.stack([jnp.stack([cos, sin], -1), jnp.stack([-sin, cos], -1)], -2)
-  shear_inv = jnp.stack([jnp.stack([one, zero], -1), jnp.stack([-tan, one], -1)], -2)
-  inverse = shear_inv @ rotate_inv / scale[:, None, None]
+  cos, sin, tan = [v[:, None, None] for v in (jnp.cos(angle), jnp.sin(angle), jnp.tan(shear))]
+  scale = scale[:, None, None]
   centre_y, centre_x = (height - 1) / 2, (width - 1) / 2
-  y, x = _pixel_grid(height, width)
-  dy = y[None] - centre_y - translate[:, 0, None, None]
-  dx = x[None] - centre_x - translate[:, 1, None, None]
-  m = inverse[:, :, :, None, None]
-  src_y = m[:, 0, 0] * dy + m[:, 0, 1] * dx + centre_y
-  src_x = m[:, 1, 0] * dy + m[:, 1, 1] * dx + centre_x
+  y, x = _pixel_axes(height, width)
+  dy = y - centre_y - translate[:, 0, None, None]
+  dx = x - centre_x - translate[:, 1, None, None]
+  # Sampling needs the inverse map, output pixel -> source pixel. In (y, x) order
+  # R = [[cos, -sin], [sin, cos]] and Shear = [[1, 0], [tan, 1]], so the inverse is
+  # Shear^-1 @ R^-1 / scale = [[cos, sin], [-tan cos - sin, cos - tan sin]] / scale.
+  src_y = (cos * dy + sin * dx) / scale + centre_y
+  src_x = ((-tan * cos - sin) * dy + (cos - tan * sin) * dx) / scale + centre_x
   return jax.vmap(_bilinear)(images, src_y, src_x)
 
 
@@ -134,8 +136,7 @@ def cutout(key, images, *, size_fraction, prob):
   hole_h, hole_w = round(size_fraction * height), round(size_fraction * width)
   top = jax.random.randint(y_key, (batch, 1, 1), 0, height) - hole_h // 2
   left = jax.random.randint(x_key, (batch, 1, 1), 0, width) - hole_w // 2
-  y = jnp.arange(height)[None, :, None]
-  x = jnp.arange(width)[None, None, :]
+  y, x = _pixel_axes(height, width)
   hole = (y >= top) & (y < top + hole_h) & (x >= left) & (x < left + hole_w)
   hole &= jax.random.bernoulli(apply_key, prob, (batch, 1, 1))
   return jnp.where(hole[..., None], jnp.zeros((), images.dtype), images)
@@ -144,7 +145,7 @@ def cutout(key, images, *, size_fraction, prob):
 def grid_mask(key, images, *, prob, ratio=0.5, period=(0.2, 0.5)):
   """GridMask (Chen et al. 2020): with probability `prob` per image, blanks a grid of square
   holes. Each image draws its period d uniformly in `period` times its shorter side and a
-  random offset in [0, d) on each axis; every hole has side `ratio` * d, so a fraction
+  random offset in [0, d) on each axis; every hole has side `ratio` * d, so about a fraction
   ratio**2 of the image is erased (the paper's keep ratio r is 1 - ratio)."""
   batch, height, width = images.shape[:3]
   apply_key, period_key, offset_key = jax.random.split(key, 3)
@@ -152,7 +153,7 @@ def grid_mask(key, images, *, prob, ratio=0.5, period=(0.2, 0.5)):
   d = jax.random.uniform(period_key, (batch, 1, 1), minval=period[0] * side,
                          maxval=period[1] * side)
   offset = jax.random.uniform(offset_key, (2, batch, 1, 1)) * d
-  y, x = _pixel_grid(height, width)
+  y, x = _pixel_axes(height, width)
   hole = (jnp.mod(y - offset[0], d) < ratio * d) & (jnp.mod(x - offset[1], d) < ratio * d)
   hole &= jax.random.bernoulli(apply_key, prob, (batch, 1, 1))
   return jnp.where(hole[..., None], jnp.zeros((), images.dtype), images)
@@ -163,60 +164,63 @@ def grid_mask(key, images, *, prob, ratio=0.5, period=(0.2, 0.5)):
 
 
 def mix(key, images, targets, *, mixup_alpha, cutmix_alpha, prob):
-  """MixUp or CutMix of each image with a partner from a random permutation of the batch.
+  """MixUp or CutMix of each image with its partner in a random permutation of the batch.
 
   With probability `prob` the whole batch is mixed, by MixUp or CutMix (a coin flip when both
   alphas are > 0; an alpha of 0 switches that method off). Each image draws its own lambda
   from Beta(alpha, alpha); for CutMix the box drawn from it is clipped to the image and lambda
-  becomes the exact share of the image's own pixels left. Every array of `targets` (one-hot or
-  soft labels [B, K_i]) is mixed with the same per-image lambda.
+  becomes the exact share of the image's own pixels left. Every array of `targets` (float
+  one-hot or soft labels [B, K_i]) is mixed with the same per-image lambda.
 
   Returns (images, targets).
   """
-  if mixup_alpha <= 0 and cutmix_alpha <= 0:
-    return images, tuple(targets)
+  targets = tuple(targets)
+  for t in targets:
+    if not jnp.issubdtype(t.dtype, jnp.floating):
+      raise ValueError(f'mix: expected float one-hot or soft targets, got dtype {t.dtype}')
+  methods = [functools.partial(method, alpha=alpha)
+             for method, alpha in ((_mixup, mixup_alpha), (_cutmix, cutmix_alpha)) if alpha > 0]
+  if not methods:
+    return images, targets
+  apply_key, method_key, mix_key = jax.random.split(key, 3)
+  choice = 1 + jax.random.randint(method_key, (), 0, len(methods))
+  index = jnp.where(jax.random.uniform(apply_key) < prob, choice, 0)
+  # A switch, not a select of both results: only the chosen branch runs, and the branch
+  # boundary stops XLA on CPU from fusing the bilinear gathers of `random_affine` into the
+  # batch permutation below, which made the pair 10x slower (50 ms vs 4.5 ms, B=64, 128x128).
+  branches = [lambda key, images, targets: (images, targets)] + methods
+  return jax.lax.switch(index, branches, mix_key, images, targets)
+
+
+def _mixup(key, images, targets, *, alpha):
+  lam_key, perm_key = jax.random.split(key)
+  lam = jax.random.beta(lam_key, alpha, alpha, (images.shape[0],))
+  return _blend(perm_key, images, targets, lam[:, None, None], lam)
+
+
+def _cutmix(key, images, targets, *, alpha):
   batch, height, width = images.shape[:3]
-  apply_key, method_key, perm_key, mixup_key, cutmix_key, box_key = jax.random.split(key, 6)
-  # `keep` is the weight of an image's own pixels, per pixel; `lam` that of its own targets.
-  if cutmix_alpha > 0:
-    cut_keep, cut_lam = _cutmix_weights(cutmix_key, box_key, batch, height, width, cutmix_alpha)
-  if mixup_alpha > 0:
-    mix_lam = jax.random.beta(mixup_key, mixup_alpha, mixup_alpha, (batch,))
-    mix_keep = mix_lam[:, None, None]
-  if mixup_alpha > 0 and cutmix_alpha > 0:
-    use_cutmix = jax.random.bernoulli(method_key)
-    keep = jnp.where(use_cutmix, cut_keep, mix_keep)
-    lam = jnp.where(use_cutmix, cut_lam, mix_lam)
-  elif cutmix_alpha > 0:
-    keep, lam = cut_keep, cut_lam
-  else:
-    keep, lam = mix_keep, mix_lam
-  applied = jax.random.uniform(apply_key) < prob
-  keep = jnp.where(applied, keep, 1.0)[..., None].astype(images.dtype)
-  lam = jnp.where(applied, lam, 1.0)[:, None]
-  # The partners are picked by a permutation matrix rather than `images[perm]`: on CPU, XLA
-  # fuses a batch gather into the bilinear gathers of `random_affine` and the pair runs 10-30x
-  # slower than apart (30-90 ms instead of 3 ms for B=64, 128x128); a matmul operand is always
-  # materialised, and the one-hot product costs ~3 ms there and next to nothing on GPU/TPU.
-  # HIGHEST precision keeps the copy exact on TPU, whose default f32 matmul rounds to bf16.
-  perm = jax.nn.one_hot(jax.random.permutation(perm_key, batch), batch, dtype=images.dtype)
-  partner = lambda x: jnp.einsum('ij,j...->i...', perm.astype(x.dtype), x,
-                                 precision=jax.lax.Precision.HIGHEST)
-  images = keep * images + (1 - keep) * partner(images)
-  targets = tuple(lam * t + (1 - lam) * partner(t) for t in targets)
-  return images, targets
-
-
-def _cutmix_weights(lam_key, box_key, batch, height, width, alpha):
-  """Per-image box masks [B, H, W] (0 inside the pasted box) and the exact lambdas [B]."""
+  lam_key, box_key, perm_key = jax.random.split(key, 3)
   lam = jax.random.beta(lam_key, alpha, alpha, (batch,))
   # The box has the image's aspect ratio and area (1 - lam) before clipping.
-  cut = jnp.sqrt(1 - lam)[:, None] * jnp.array([height, width])
-  centre = jax.random.uniform(box_key, (batch, 2)) * jnp.array([height, width])
-  low = jnp.clip(jnp.round(centre - cut / 2), 0, jnp.array([height, width]))
-  high = jnp.clip(jnp.round(centre + cut / 2), 0, jnp.array([height, width]))
-  y, x = _pixel_grid(height, width)
+  size = jnp.array([height, width])
+  cut = jnp.sqrt(1 - lam)[:, None] * size
+  centre = jax.random.uniform(box_key, (batch, 2)) * size
+  low = jnp.clip(jnp.round(centre - cut / 2), 0, size)
+  high = jnp.clip(jnp.round(centre + cut / 2), 0, size)
+  y, x = _pixel_axes(height, width)
   inside = ((y >= low[:, 0, None, None]) & (y < high[:, 0, None, None])
             & (x >= low[:, 1, None, None]) & (x < high[:, 1, None, None]))
-  area = jnp.prod(high - low, axis=1)
-  return jnp.where(inside, 0.0, 1.0), 1 - area / (height * width)
+  lam = 1 - jnp.prod(high - low, axis=1) / (height * width)
+  return _blend(perm_key, images, targets, jnp.where(inside, 0.0, 1.0), lam)
+
+
+def _blend(key, images, targets, keep, lam):
+  """keep: [B, H, W] (or broadcastable) weight of each image's own pixels; lam: [B] weight of
+  its own targets; the rest comes from its partner."""
+  perm = jax.random.permutation(key, images.shape[0])
+  keep = keep[..., None].astype(images.dtype)
+  images = keep * images + (1 - keep) * images[perm]
+  targets = tuple(lam[:, None].astype(t.dtype) * t + (1 - lam[:, None]).astype(t.dtype) * t[perm]
+                  for t in targets)
+  return images, targets

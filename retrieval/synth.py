@@ -176,21 +176,18 @@ def _weighted(rng, table):
   return texts[np.searchsorted(cumulative, rng.uniform(0, cumulative[-1]), side='right')]
 
 
-def pseudo_latin_word(rng, alphabet):
-  """A word of one to four syllables, from letters the font has."""
-  while True:
-    word = ''.join(_weighted(rng, ONSETS) + _weighted(rng, NUCLEI)
-                   for _ in range(rng.choice([1, 2, 2, 3, 3, 4])))
-    word += _weighted(rng, CODAS)
-    if set(word) <= set(alphabet):
-      return word
+def pseudo_latin_word(rng):
+  """A lowercase word of one to four syllables (every font has all lowercase letters)."""
+  syllables = [_weighted(rng, ONSETS) + _weighted(rng, NUCLEI)
+               for _ in range(rng.choice([1, 2, 2, 3, 3, 4]))]
+  return ''.join(syllables) + _weighted(rng, CODAS)
 
 
 def _text_tokens(rng, alphabet):
   """Endless words with sentence capitals and punctuation the font has."""
   capitals = [c for c in CAPITALS if c in alphabet]
   while True:
-    words = [pseudo_latin_word(rng, alphabet) for _ in range(rng.integers(4, 15))]
+    words = [pseudo_latin_word(rng) for _ in range(rng.integers(4, 15))]
     if capitals and rng.uniform() < 0.8:
       words[0] = capitals[rng.integers(len(capitals))] + words[0][1:]
     for i in range(len(words) - 1):
@@ -236,7 +233,8 @@ def render_text(style, width, height, rng):
   glyphs = _glyphs(style['font'], style['size'], style['stroke'])
   ascent, descent = font.getmetrics()
   advance = {c: font.getlength(c) + style['tracking'] for c in glyphs}
-  top, left, right, bottom = style['margins'] * rng.uniform(0.9, 1.1, 4)
+  # Margins are the writer's habit on a 1000 px wide page.
+  top, left, right, bottom = style['margins'] * rng.uniform(0.9, 1.1, 4) * (width / 1000)
   line_end = width - right
   # A strip holds one line: the tallest glyphs plus room for wobble, jitter and slope.
   above = max(-t for _, _, t in glyphs.values())
@@ -316,6 +314,9 @@ def render_page(style, rng, width=1000, height=1400):
   height = int(height * rng.uniform(0.94, 1.06))
   text = render_text(style, width, height, rng)
   rows, cols = np.nonzero(text > 0.2)
+  if len(rows) == 0:
+    raise ValueError(f'render_page: a {width}x{height} page has no room for a line of '
+                     f'{style["font"]} at x-height {style["x_height"]:.0f} px')
   text_box = (rows.min(), cols.min(), rows.max() + 1, cols.max() + 1)
   paper = (style['paper'] + rng.normal(0, 5, 3)).astype(np.float32)
   shade = 1 + 0.05 * _smooth_field(height, width, rng)
@@ -346,9 +347,9 @@ def render_page(style, rng, width=1000, height=1400):
 
 
 def _page_job(job):
-  out_dir, pages_dir, seed, writer, page, params = job
+  out_dir, pages_dir, seed, writer, page, params, (width, height) = job
   rng = np.random.default_rng([seed, writer, page])
-  image, text_box = render_page(writer_style(seed, writer), rng)
+  image, text_box = render_page(writer_style(seed, writer), rng, width, height)
   if pages_dir is not None:
     Image.fromarray(image).save(os.path.join(pages_dir, f'{writer}_{page}.jpg'), quality=92)
   pieces = fragments.cut_page(image, rng, params, text_box)
@@ -356,28 +357,31 @@ def _page_job(job):
 
 
 def write_dataset(out_dir, writers_train, writers_test, pages_per_writer, seed=0, workers=1,
-                  params=None, pages_dir=None):
+                  params=None, pages_dir=None, page_size=(1000, 1400)):
   """Writes out_dir/train and out_dir/test; returns {'train': count, 'test': count}.
 
   Writers 1..writers_train go to train and the next writers_test to test; page ids are unique
   over the whole dataset. pages_dir, when given, also gets the uncut pages as WID_PID.jpg.
+  page_size: (width, height) around which page sizes vary by +-6 %.
   """
   if min(writers_train, writers_test, pages_per_writer) < 1:
     raise ValueError(f'write_dataset: need at least one train writer, one test writer and '
                      f'one page per writer, got {writers_train}, {writers_test}, '
                      f'{pages_per_writer}')
   check_fonts()
+  for split in ('train', 'test'):
+    fragments.make_empty_dir(os.path.join(out_dir, split))
   params = params or fragments.FragmentParams()
   jobs, splits = [], []
   for writer in range(1, writers_train + writers_test + 1):
     split = 'train' if writer <= writers_train else 'test'
-    os.makedirs(os.path.join(out_dir, split), exist_ok=True)
     for k in range(pages_per_writer):
       page = (writer - 1) * pages_per_writer + k + 1
-      jobs.append((os.path.join(out_dir, split), pages_dir, seed, writer, page, params))
+      jobs.append((os.path.join(out_dir, split), pages_dir, seed, writer, page, params,
+                   page_size))
       splits.append(split)
   if pages_dir is not None:
-    os.makedirs(pages_dir, exist_ok=True)
+    fragments.make_empty_dir(pages_dir)
   counts = fragments.run_jobs(_page_job, jobs, workers, 'pages')
   return {split: sum(c for c, s in zip(counts, splits) if s == split)
           for split in ('train', 'test')}
@@ -393,11 +397,13 @@ def main(argv=None):
   parser.add_argument('--seed', type=int, default=0)
   parser.add_argument('--workers', type=int, default=os.cpu_count())
   parser.add_argument('--pages-out', help='also save the uncut pages here as WID_PID.jpg')
+  parser.add_argument('--page-size', type=int, nargs=2, default=(1000, 1400),
+                      metavar=('WIDTH', 'HEIGHT'))
   fragments.add_param_flags(parser)
   args = parser.parse_args(argv)
   counts = write_dataset(args.out, args.writers_train, args.writers_test,
                          args.pages_per_writer, args.seed, args.workers,
-                         fragments.params_from_args(args), args.pages_out)
+                         fragments.params_from_args(args), args.pages_out, args.page_size)
   print(f'wrote {counts["train"]} train and {counts["test"]} test fragments to {args.out}')
 
 

@@ -165,7 +165,9 @@ def read_image_rows(path, out, rows):
     start += num_rows
     for begin in range(0, NUM_PIXELS, COLUMN_BLOCK):
       names = PIXEL_COLUMNS[begin:begin + COLUMN_BLOCK]
-      table = parquet.read_row_group(group, columns=names)
+      # Decoding threads cost more than they save on small blocks (tiny files, tests).
+      table = parquet.read_row_group(group, columns=names,
+                                     use_threads=num_rows * len(names) >= 1 << 22)
       block = np.empty((len(names), num_rows), np.uint8)
       for j, column in enumerate(table.columns):
         if column.null_count:
@@ -213,7 +215,8 @@ def _check_pixel_columns(path, schema, pixel_names):
     duplicate = next(name for name in pixel_names if name in seen or seen.add(name))
     raise DataError(f'{path}: pixel column {duplicate!r} appears more than once')
   if len(pixel_names) != NUM_PIXELS:
-    missing = [name for name in PIXEL_COLUMNS if name not in set(pixel_names)]
+    present = set(pixel_names)
+    missing = [name for name in PIXEL_COLUMNS if name not in present]
     raise DataError(f'{path}: {len(pixel_names)} pixel columns, expected {NUM_PIXELS} '
                     f"named '0'..'{NUM_PIXELS - 1}'; missing column {missing[0]!r}")
   for name in pixel_names:
@@ -225,7 +228,13 @@ def _check_pixel_columns(path, schema, pixel_names):
 def _read_csv(path, required):
   """Yields (line number, row dict) for each data row; checks the header and field count."""
   try:
-    with open(path, newline='', encoding='utf-8-sig') as f:
+    f = open(path, newline='', encoding='utf-8-sig')
+  except FileNotFoundError as e:
+    raise DataError(f'{path}: file is missing; expected columns {", ".join(required)}') from e
+  except OSError as e:
+    raise DataError(f'{path}: cannot be read: {e}') from e
+  try:
+    with f:
       reader = csv.reader(f)
       header = next(reader, None)
       if header is None:

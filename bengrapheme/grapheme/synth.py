@@ -21,6 +21,7 @@ import csv
 import functools
 import multiprocessing
 import os
+import re
 
 import numpy as np
 import scipy.ndimage
@@ -52,9 +53,18 @@ FONTS = {**TRAIN_FONTS, **HELD_OUT_FONTS}
 HELD_OUT_FONT_FRACTION = 0.5  # of test images
 FONT_SIZE = 96  # px; drawn once, then scaled to the frame
 SPLIT_CODES = {'train': 0, 'test': 1}
-# Drawn without ZWJ, র্যো gets a reph on য in every font, contradicting its label
-# (root র + ya-phala); draw the ZWJ spelling that its sibling র‍্যা uses.
-RENDER_SPELLING = {'র্যো': classes.compose(123, 9, 4)}
+NBSP = '\u00a0'
+# Text drawn for a grapheme where its own spelling draws wrong. Drawn without ZWJ, র্যো gets a
+# reph on য in every font, contradicting its label (root র + ya-phala): use the ZWJ spelling of
+# its sibling র‍্যা. A lone ং or ঃ is a mark without a base, which HarfBuzz draws on a dotted
+# circle; a no-break space is the invisible base Unicode recommends.
+RENDER_SPELLING = {'র্যো': classes.compose(123, 9, 4), 'ং': NBSP + 'ং', 'ঃ': NBSP + 'ঃ'}
+# Shaping faults found by shaping every real and unseen grapheme in every font with HarfBuzz
+# (uharfbuzz, used once offline) and looking at the flagged ones: Likhan and Jamrul draw a ba- or
+# ra-phala as a full letter when a ya-phala and ু/ূ follow it (দ্ব্যু comes out as দবু্য).
+# Other fonts fall back to a visible virama for a few rare conjuncts (ফ্‌ফ, ঙ্‌ক্র): a legitimate
+# Bengali spelling, kept.
+SHAPING_FAULTS = {'Likhan': re.compile('্[বর]্য[ুূ]'), 'Jamrul': re.compile('্[বর]্য[ুূ]')}
 
 
 # ----------------------------------------------------------------------------- fonts
@@ -75,7 +85,7 @@ def _glyph_mask(font, char):
 
 @functools.cache
 def _missing_chars(name):
-  """The characters of the class map that the font has no glyph for.
+  """The characters we draw (class map strings, render spellings) that the font lacks.
 
   Pillow draws a missing glyph as the font's .notdef box; U+FFFF is a noncharacter no font
   maps, so a character drawn exactly like it is missing.
@@ -85,14 +95,22 @@ def _missing_chars(name):
   font = ImageFont.truetype(path, 48, layout_engine=ImageFont.Layout.BASIC)
   notdef = _glyph_mask(font, '\uffff')
   strings = classes.ROOTS + classes.VOWELS + [''.join(c) for c in classes.CONSONANTS]
+  strings += list(RENDER_SPELLING.values())
   chars = set(''.join(strings)) - {classes.ZWJ}  # ZWJ is invisible by design
   return frozenset(c for c in chars if _glyph_mask(font, c) == notdef)
 
 
+def _draws(font_name, text):
+  """Whether the font has every glyph of the text and shapes it without a known fault."""
+  fault = SHAPING_FAULTS.get(font_name)
+  return not _missing_chars(font_name) & set(text) and not (fault and fault.search(text))
+
+
 def _pick_font(rng, pool, text):
-  fonts = [f for f in pool if not _missing_chars(f) & set(text)]
+  fonts = [f for f in pool if _draws(f, text)]
   if not fonts:
-    raise ValueError(f'no font in {sorted(pool)} has glyphs for all of {text!r}')
+    raise ValueError(f'no font in {sorted(pool)} draws {text!r} (missing glyphs or a known '
+                     'shaping fault)')
   return fonts[rng.integers(len(fonts))]
 
 
@@ -161,14 +179,16 @@ def _place(glyph, rng):
   mat = rot @ np.array([[1, shear], [0, 1]]) @ np.diag([aspect, 1 / aspect])
   corners = mat @ np.array([[-w, w, w, -w], [-h, -h, h, h]]) / 2
   extent = corners.max(axis=1) - corners.min(axis=1)
-  # Real images: the grapheme fills roughly half to nearly all of the frame height.
-  height = rng.uniform(0.5, 0.92) * kaggle.HEIGHT
-  scale = min(height / extent[1], 0.95 * kaggle.WIDTH / extent[0])
+  # Real images: the grapheme fills roughly half to nearly all of the frame height. The margin
+  # keeps strokes inside the frame after the elastic wobble and thickening move them.
+  margin = 8
+  room = np.array([kaggle.WIDTH, kaggle.HEIGHT]) - 2 * margin
+  scale = min(rng.uniform(0.6, 1) * room[1] / extent[1], room[0] / extent[0])
   mat = scale * mat
-  slack = np.array([kaggle.WIDTH, kaggle.HEIGHT]) - scale * extent
+  slack = room - scale * extent
   # Mostly near the centre, sometimes pushed towards an edge.
   centre = np.array([kaggle.WIDTH, kaggle.HEIGHT]) / 2
-  centre += np.clip(rng.normal(0, 0.4, 2), -1, 1) * np.maximum(slack, 0) / 2
+  centre += np.clip(rng.normal(0, 0.4, 2), -1, 1) * slack / 2
   inv = np.linalg.inv(mat)
   offset = np.array([w, h]) / 2 - inv @ centre
   coeffs = (inv[0, 0], inv[0, 1], offset[0], inv[1, 0], inv[1, 1], offset[1])
@@ -184,12 +204,14 @@ def _smooth_field(rng, cells):
   return np.asarray(coarse.resize((kaggle.WIDTH, kaggle.HEIGHT), Image.BICUBIC))
 
 
+_GRID = np.mgrid[:kaggle.HEIGHT, :kaggle.WIDTH].astype(np.float32)
+
+
 def _elastic(ink, rng):
   """Wobbles the strokes: a large slow displacement plus a small fast one, as a hand does."""
   dy = _smooth_field(rng, 48) * rng.uniform(0, 5) + _smooth_field(rng, 14) * rng.uniform(0, 1.5)
   dx = _smooth_field(rng, 48) * rng.uniform(0, 5) + _smooth_field(rng, 14) * rng.uniform(0, 1.5)
-  yy, xx = np.mgrid[:kaggle.HEIGHT, :kaggle.WIDTH]
-  return scipy.ndimage.map_coordinates(ink, [yy + dy, xx + dx], order=1, mode='constant')
+  return scipy.ndimage.map_coordinates(ink, _GRID + np.stack([dy, dx]), order=1, mode='constant')
 
 
 def _disk(radius):
@@ -199,7 +221,7 @@ def _disk(radius):
 
 def _stroke(ink, rng):
   """Pen width: the fonts' strokes are thinner and more even than marker handwriting."""
-  radius = rng.choice([-1, 0, 1, 1, 2, 2, 3])
+  radius = rng.choice([-1, 0, 1, 1, 2, 2, 3])  # -1: thinner, for the bold fonts' sake
   if radius > 0:
     return scipy.ndimage.grey_dilation(ink, footprint=_disk(radius))
   if radius < 0:
@@ -247,7 +269,7 @@ def _write_images(out_dir, split, plan, seed, imap, progress):
   for shard, indices in enumerate(np.array_split(np.arange(len(plan)), kaggle.NUM_SHARDS)):
     jobs = [(plan[i][5], plan[i][6], [seed, code, int(i)]) for i in indices]
     images = np.zeros((len(jobs), kaggle.HEIGHT, kaggle.WIDTH), np.uint8)
-    for k, image in enumerate(imap(_render_job, jobs, chunksize=16)):
+    for k, image in enumerate(imap(_render_job, jobs)):
       images[k] = image
       progress.update()
     path = os.path.join(out_dir, kaggle.image_parquet_name(split, shard))
@@ -276,6 +298,8 @@ def write_dataset(out_dir, num_train, num_test, seed=0, workers=None, unseen_fra
       raise ValueError(f'{name} must be a non-negative integer, got {value!r}')
   if not 0 <= unseen_fraction <= 1:
     raise ValueError(f'unseen_fraction must be in [0, 1], got {unseen_fraction}')
+  if workers is not None and workers < 1:
+    raise ValueError(f'workers must be at least 1, got {workers}')
   workers = workers or len(os.sched_getaffinity(0))
   os.makedirs(out_dir, exist_ok=True)
   train = _plan('train', num_train, seed, unseen_fraction)
@@ -283,14 +307,14 @@ def write_dataset(out_dir, num_train, num_test, seed=0, workers=None, unseen_fra
   _write_tables(out_dir, train, test)
   with tqdm.tqdm(total=num_train + num_test, unit='img', desc='synth') as progress:
     if workers == 1:
-      imap = lambda f, jobs, chunksize: map(f, jobs)
-      _write_images(out_dir, 'train', train, seed, imap, progress)
-      _write_images(out_dir, 'test', test, seed, imap, progress)
+      _write_images(out_dir, 'train', train, seed, map, progress)
+      _write_images(out_dir, 'test', test, seed, map, progress)
     else:
       # Not fork: the caller may run threads (JAX, pyarrow) whose locks a fork would copy held.
       with multiprocessing.get_context('forkserver').Pool(workers) as pool:
-        _write_images(out_dir, 'train', train, seed, pool.imap, progress)
-        _write_images(out_dir, 'test', test, seed, pool.imap, progress)
+        imap = functools.partial(pool.imap, chunksize=16)
+        _write_images(out_dir, 'train', train, seed, imap, progress)
+        _write_images(out_dir, 'test', test, seed, imap, progress)
 
 
 def main():
