@@ -15,16 +15,22 @@ result is fully determined by the distances and labels (not by item order), and 
 embedding that maps everything to one point scores the worst, not by luck of the index order.
 
 How it is computed: nothing is sorted per row. The rank of a relevant item j of query q is
-1 + #{non-relevant k != q: d(q, k) <= d(q, j)} + #{relevant items before j}. The first count is
-#{k != q: d(q, k) <= d(q, j)} minus the relevant items at or below d(q, j), and only needs one
-compare-and-add per (item, relevant item) pair; the relevant sets are small (HisFrag20 test:
-~17 per writer, ~7 per page), so this costs far less than sorting 20k distances per row. Top-1
-and Pr@K follow from the same ranks. Several labelings (writer, page) share one pass: each
-query's thresholds are the union of its classes over all labelings, because the number of items
-at or below a distance doesn't depend on the labeling.
+1 + #{non-relevant k != q: d(q, k) <= d(q, j)} + #{relevant items before j}, so per query
+only the counts of items at or below each relevant distance are needed: one compare-and-add
+per (item, relevant item) pair. Relevant sets are small (HisFrag20 test: ~17 per writer, ~7
+per page), so this costs far less than sorting 20k distances per row. Top-1 and Pr@K follow
+from the same ranks. Several labelings (writer, page) share one pass: a query's thresholds are
+its candidates, the union of its classes over all labelings, since how many items lie at or
+below a distance does not depend on the labeling.
 
-Queries are processed in blocks of rows (memory O(block x N)); queries are ordered by the size
-of their candidate set so a block only loops over as many threshold chunks as it needs.
+From embeddings each pair distance is computed once (the matrix is symmetric), which halves
+the matmul that dominates the cost. Items are cut into an odd number of blocks on a ring;
+block i meets itself and the next half of the ring in one [half ring, block] distance product,
+whose rows count for block i's queries and whose transposed tiles count for the other blocks'
+queries. Candidate pairs are masked out of those products; their distances are computed
+directly (a few per query) and counted separately, so thresholds and counts always use the
+same numbers. Items are ordered by candidate-set size so that a block only loops over as many
+threshold chunks as it needs. Memory stays O(N x block).
 """
 
 import functools
@@ -41,12 +47,12 @@ from jax import lax
 METRICS = ('euclidean', 'cosine', 'cityblock')
 
 # Thresholds are counted CHUNK at a time; distance rows GROUP at a time. Measured on a
-# 2-core AVX-512 host: a scan over GROUP rows of a [N, block] distance block, with the
+# 2-core AVX-512 host: a scan over GROUP rows of a [rows, block] distance array, with the
 # thresholds of CHUNK candidates laid out as [CHUNK, block], is what XLA vectorises best
 # (a plain reduction over the distance axis runs ~10x slower).
 CHUNK = 16
 GROUP = 4
-# Feature dims summed per step of the L1 distance; keeps the [N, block] accumulator hot.
+# Feature dims summed per step of the L1 distance; keeps the [rows, block] accumulator hot.
 L1_DIMS = 8
 
 
@@ -62,29 +68,37 @@ def retrieval_metrics(embeddings, labels, *, metric='euclidean', block_size=256)
   merges than taking the root), 'cosine' by 1 - cosine similarity, 'cityblock' by L1 distance.
   Distances are computed in float32.
   """
-  if metric not in METRICS:
-    raise ValueError(f'metric must be one of {METRICS}, got {metric!r}')
-  x = np.asarray(embeddings, np.float32)
-  if x.ndim != 2 or x.shape[0] < 2:
-    raise ValueError(f'embeddings must be [N >= 2, d], got shape {x.shape}')
-  if not np.isfinite(x).all():
-    raise ValueError('embeddings contain NaN or Inf')
+  x = _prepare(embeddings, metric)
   names, codes = _encode_labels(labels, x.shape[0])
-  if metric == 'cosine':
-    # Zero rows stay zero: at distance 1 from everything.
-    x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), np.finfo(np.float32).tiny)
-  n = x.shape[0]
-  n_pad = -(-n // GROUP) * GROUP
-  if metric == 'cityblock':
-    d_pad = -(-x.shape[1] // L1_DIMS) * L1_DIMS
-    x = np.pad(x, ((0, n_pad - n), (0, d_pad - x.shape[1])))
-  else:
-    x = np.pad(x, ((0, n_pad - n), (0, 0)))
-  x = jnp.asarray(x)
-  sq = jnp.sum(x * x, axis=1)
-  block = functools.partial(_embedding_block, x, sq, metric=metric)
-  stats = _run_blocks(block, codes, block_size)
-  return _summarise(names, stats)
+  n, d = x.shape
+  cand, order, b, nb, n_chunks = _plan(codes, block_size, odd=True)
+  n_pad, m = nb * b, cand.shape[1]
+  # Position p holds item order[p]; positions past n are dummies, masked to +inf.
+  where = np.append(np.argsort(order), n_pad).astype(np.int32)
+  cand_p = np.full((n_pad, m), n_pad, np.int32)
+  cand_p[:n] = where[cand[order]]
+  codes_p = np.full((codes.shape[0], n_pad), -1, np.int32)
+  codes_p[:, :n] = codes[:, order]
+  xp = np.zeros((n_pad, d), np.float32)
+  xp[:n] = x[order]
+  # The ring unrolled: rows i*b .. i*b + (nb // 2 + 1) * b are contiguous for every block i.
+  ring = np.arange(n_pad + (nb // 2) * b) % n_pad
+  sq = np.einsum('ij,ij->i', xp, xp)
+  xp, sq, n_chunks = jnp.asarray(xp), jnp.asarray(sq), jnp.asarray(n_chunks)
+  x2, sq2 = xp[ring], sq[ring]
+  codes2, dummy2 = jnp.asarray(codes_p[:, ring]), jnp.asarray(ring >= n)
+
+  thr, cand_le = zip(*[
+      _candidate_block(xp, sq, cand_p[i * b:(i + 1) * b].T, np.arange(i * b, (i + 1) * b),
+                       n_chunks[i], metric=metric) for i in range(nb)])
+  thr, cand_le = jnp.stack(thr), jnp.stack(cand_le)  # [nb, M, b]
+  counts = jnp.zeros(thr.shape, jnp.int32)
+  for i in range(nb):
+    counts = _ring_row(x2, sq2, codes2, dummy2, i, thr, n_chunks, counts, metric=metric)
+  flat = lambda a: jnp.moveaxis(a, 0, 1).reshape(m, n_pad)
+  stats = _stats(flat(thr), flat(counts + cand_le), jnp.asarray(cand_p.T),
+                 jnp.arange(n_pad), jnp.asarray(codes_p))
+  return _summarise(names, [np.asarray(a) for a in stats])
 
 
 def metrics_from_distances(distances, labels, *, block_size=256, symmetry_tol=1e-4):
@@ -103,38 +117,34 @@ def metrics_from_distances(distances, labels, *, block_size=256, symmetry_tol=1e
     raise ValueError('distance matrix needs at least 2 items')
   names, codes = _encode_labels(labels, n)
   _check_distances(d, symmetry_tol, block_size)
-
-  def block(q, *args):
-    return _rows_block(jnp.asarray(d[q], np.float32), q, *args)
-
-  stats = _run_blocks(block, codes, block_size)
-  return _summarise(names, stats)
+  cand, order, b, nb, n_chunks = _plan(codes, block_size, odd=False)
+  # The last block is topped up with repeats of the last query; their stats are dropped.
+  queries = np.append(order, np.full(nb * b - n, order[-1])).reshape(nb, b)
+  jcodes = jnp.asarray(codes)
+  stats = [_rows_block(jnp.asarray(d[q], np.float32), cand[q].T, q, jcodes, n_chunks[i])
+           for i, q in enumerate(queries)]
+  return _summarise(names, [np.concatenate([np.asarray(s[k]) for s in stats], axis=1)[:, :n]
+                            for k in range(5)])
 
 
 def distance_matrix(embeddings, *, metric='euclidean', block_size=256):
   """The [N, N] float32 matrix of the distances `retrieval_metrics` ranks by (for export)."""
-  if metric not in METRICS:
-    raise ValueError(f'metric must be one of {METRICS}, got {metric!r}')
-  x = np.asarray(embeddings, np.float32)
-  if metric == 'cosine':
-    x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), np.finfo(np.float32).tiny)
-  if metric == 'cityblock':
-    x = np.pad(x, ((0, 0), (0, -x.shape[1] % L1_DIMS)))
+  x = _prepare(embeddings, metric)
   xj = jnp.asarray(x)
-  sq = jnp.sum(xj * xj, axis=1)
+  sq = jnp.asarray(np.einsum('ij,ij->i', x, x))
   out = np.empty((x.shape[0], x.shape[0]), np.float32)
-  for start in range(0, x.shape[0], block_size):
-    xq = xj[start:start + block_size]
-    out[start:start + block_size] = np.asarray(_distances(xj, sq, xq, sq[start:start + block_size], metric)).T
+  for s in range(0, x.shape[0], block_size):
+    e = s + block_size
+    out[s:e] = np.asarray(_distances(xj, sq, xj[s:e], sq[s:e], metric=metric)).T
   return out
 
 
-# ---------------------------------------------------------------------------- block kernels
+# ---------------------------------------------------------------------------- kernels
 
 
 @functools.partial(jax.jit, static_argnames='metric')
-def _distances(x, sq, xq, sq_q, metric):
-  """[N, B] distances from every row of x to each query row of xq."""
+def _distances(x, sq, xq, sq_q, *, metric):
+  """[rows of x, rows of xq] distances."""
   if metric == 'euclidean':
     return sq[:, None] + sq_q[None, :] - 2.0 * (x @ xq.T)
   if metric == 'cosine':
@@ -151,48 +161,79 @@ def _distances(x, sq, xq, sq_q, metric):
 
 
 @functools.partial(jax.jit, static_argnames='metric')
-def _embedding_block(x, sq, q, table, combo, codes, n_chunks, *, metric):
-  dt = _distances(x, sq, x[q], sq[q], metric)
-  n = codes.shape[1]
-  dt = jnp.where(lax.broadcasted_iota(jnp.int32, dt.shape, 0) < n, dt, jnp.inf)
-  return _rank_block(dt, q, table, combo, codes, n_chunks)
+def _candidate_block(x, sq, cand, q, n_chunks, *, metric):
+  """Thresholds [M, B]: distances from queries q to their candidates cand [M, B] (+inf where
+  padding or the query itself), and for each, how many candidates lie at or below it."""
+  valid = (cand < x.shape[0]) & (cand != q[None, :])
+  c = jnp.minimum(cand, x.shape[0] - 1)
+  xc, xq = x[c], x[q][None]
+  if metric == 'euclidean':
+    dist = sq[c] + sq[q][None, :] - 2.0 * jnp.sum(xc * xq, axis=-1)
+  elif metric == 'cosine':
+    dist = 1.0 - jnp.sum(xc * xq, axis=-1)
+  else:
+    dist = jnp.sum(jnp.abs(xc - xq), axis=-1)
+  thr = jnp.where(valid, dist, jnp.inf)
+  return thr, _count_at_or_below(thr, thr, n_chunks)
 
 
-@jax.jit
-def _rows_block(rows, q, table, combo, codes, n_chunks):
-  dt = jnp.pad(rows.T, ((0, -rows.shape[1] % GROUP), (0, 0)), constant_values=jnp.inf)
-  return _rank_block(dt, q, table, combo, codes, n_chunks)
+@functools.partial(jax.jit, static_argnames='metric', donate_argnames='counts')
+def _ring_row(x2, sq2, codes2, dummy2, i, thr, n_chunks, counts, *, metric):
+  """Adds the non-candidate counts of ring row i to counts [nb, M, b].
 
-
-@jax.jit
-def _rank_block(dt, q, table, combo, codes, n_chunks):
-  """Per-query stats for one block of queries.
-
-  dt: [N_pad, B] distances (column b = query q[b]; rows past N are +inf). table: [G, M]
-  candidate lists (sorted member indices of each label combination, padded with N), combo:
-  [N] combination of each item, codes: [L, N] class of each item per labeling. Returns
-  (ap, top1, hits10, hits100, n_relevant), each [L, B].
+  Rows of the product are items i*b .. i*b + (nb // 2 + 1) * b of the unrolled ring; its
+  columns are block i's queries.
   """
-  n = codes.shape[1]
-  b = q.shape[0]
-  cand = table[combo[q]].T  # [M, B]
-  valid = (cand < n) & (cand != q[None, :])
-  cand = jnp.minimum(cand, n - 1)
-  thr = jnp.take_along_axis(dt, cand, axis=0)  # [M, B]
-  self_d = jnp.take_along_axis(dt, q[None, :], axis=0)  # [1, B]
-  le = _count_at_or_below(dt, thr, n_chunks) - (self_d <= thr).astype(jnp.int32)
+  nb, _, b = thr.shape
+  width = (nb // 2 + 1) * b
+  take = lambda a, axis: lax.dynamic_slice_in_dim(a, i * b, width, axis=axis)
+  xs, sqs, codes, dummy = take(x2, 0), take(sq2, 0), take(codes2, 1), take(dummy2, 0)
+  dist = _distances(xs, sqs, xs[:b], sqs[:b], metric=metric)  # [width, b]
+  masked = jnp.any(codes[:, :, None] == codes[:, None, :b], axis=0)
+  masked = masked | dummy[:, None] | dummy[None, :b]
+  dist = jnp.where(masked, jnp.inf, dist)
+  counts = counts.at[i].add(_count_at_or_below(dist, thr[i], n_chunks[i]))
 
-  n_lab, m = codes.shape[0], thr.shape[0]
-  rel = valid & (codes[:, cand] == codes[:, q][:, None, :])  # [L, M, B]
+  def tile(j, counts):
+    k = (i + j) % nb
+    rows = lax.dynamic_slice_in_dim(dist, j * b, b).T  # block i's items x block k's queries
+    return counts.at[k].add(_count_at_or_below(rows, thr[k], n_chunks[k]))
+
+  return lax.fori_loop(1, nb // 2 + 1, tile, counts)
+
+
+@jax.jit
+def _rows_block(rows, cand, q, codes, n_chunks):
+  """Stats of the queries q from their distance rows [B, N] (a given matrix)."""
+  dt = jnp.pad(rows.T, ((0, -rows.shape[1] % GROUP), (0, 0)), constant_values=jnp.inf)
+  valid = (cand < codes.shape[1]) & (cand != q[None, :])
+  c = jnp.minimum(cand, codes.shape[1] - 1)
+  thr = jnp.where(valid, jnp.take_along_axis(dt, c, axis=0), jnp.inf)
+  self_d = jnp.take_along_axis(dt, q[None, :], axis=0)
+  le = _count_at_or_below(dt, thr, n_chunks) - (self_d <= thr).astype(jnp.int32)
+  return _stats(thr, le, cand, q, codes)
+
+
+@jax.jit
+def _stats(thr, le, cand, q, codes):
+  """Per-query stats from the candidates' distances and counts.
+
+  thr: [M, Q] distance of query q[j] to candidate cand[:, j] (+inf if padding or q itself);
+  le: [M, Q] number of items other than the query at or below it; codes: [L, N] class of each
+  item per labeling. Returns (ap, top1, hits10, hits100, n_relevant), each [L, Q].
+  """
+  n_lab, (m, nq) = codes.shape[0], thr.shape
+  c = jnp.minimum(cand, codes.shape[1] - 1)
+  rel = (thr < jnp.inf) & (codes[:, c] == codes[:, q][:, None, :])  # [L, M, Q]
   n_rel = jnp.sum(rel, axis=1)
-  t, c = lax.sort((jnp.where(rel, thr, jnp.inf), jnp.broadcast_to(le, rel.shape)),
-                  dimension=1, num_keys=1)
+  t, counts = lax.sort((jnp.where(rel, thr, jnp.inf), jnp.broadcast_to(le, rel.shape)),
+                       dimension=1, num_keys=1)
   # runend: 1-based position of the last relevant item tied with this one. The relevant items
-  # at or below its distance are the first `runend`, all of them counted in `le`.
+  # at or below its distance are the first `runend`, all of them included in its count.
   pos = lax.broadcasted_iota(jnp.int32, rel.shape, 1) + 1
-  is_end = jnp.concatenate([t[:, 1:] != t[:, :-1], jnp.ones((n_lab, 1, b), bool)], axis=1)
+  is_end = jnp.concatenate([t[:, 1:] != t[:, :-1], jnp.ones((n_lab, 1, nq), bool)], axis=1)
   runend = lax.cummin(jnp.where(is_end, pos, m + 1), axis=1, reverse=True)
-  rank = pos + c - runend
+  rank = pos + counts - runend
   in_rel = pos <= n_rel[:, None, :]
   ap = jnp.sum(jnp.where(in_rel, pos / rank, 0.0), axis=1) / jnp.maximum(n_rel, 1)
   top1 = (n_rel > 0) & (rank[:, 0] == 1)
@@ -202,10 +243,10 @@ def _rank_block(dt, q, table, combo, codes, n_chunks):
 
 
 def _count_at_or_below(dt, thr, n_chunks):
-  """[M, B] count of rows of dt [N_pad, B] at or below each threshold thr [M, B].
+  """[M, B] count of rows of dt [rows, B] at or below each threshold thr [M, B].
 
-  Only the first n_chunks chunks of thresholds are counted (the rest stay 0): queries are
-  grouped so that a block's candidates fit in n_chunks * CHUNK.
+  Only the first n_chunks chunks of thresholds are counted (the rest stay 0): items are
+  ordered so that a block's candidates fit in n_chunks * CHUNK.
   """
   groups = dt.reshape(-1, GROUP, dt.shape[1])
 
@@ -224,6 +265,23 @@ def _count_at_or_below(dt, thr, n_chunks):
 # ---------------------------------------------------------------------------- host side
 
 
+def _prepare(embeddings, metric):
+  """Validated float32 embeddings: rows L2-normalised for cosine, dims zero-padded for L1."""
+  if metric not in METRICS:
+    raise ValueError(f'metric must be one of {METRICS}, got {metric!r}')
+  x = np.asarray(embeddings, np.float32)
+  if x.ndim != 2 or x.shape[0] < 2:
+    raise ValueError(f'embeddings must be [N >= 2, d], got shape {x.shape}')
+  if not np.isfinite(x).all():
+    raise ValueError('embeddings contain NaN or Inf')
+  if metric == 'cosine':
+    # Zero rows stay zero: at distance 1 from everything.
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), np.finfo(np.float32).tiny)
+  if metric == 'cityblock':
+    return np.pad(x, ((0, 0), (0, -x.shape[1] % L1_DIMS)))
+  return x
+
+
 def _encode_labels(labels, n):
   """(names or None, [L, N] int32 dense class codes)."""
   named = isinstance(labels, Mapping)
@@ -240,53 +298,38 @@ def _encode_labels(labels, n):
   return (list(sets) if named else None), np.stack(codes)
 
 
-def _candidates(codes):
-  """Candidate table [G, M] and combination id [N] per item.
+def _plan(codes, block_size, *, odd):
+  """Candidates and blocking.
 
-  A combination is a distinct tuple of classes over the labelings; its candidates are the
-  union of those classes (the item itself included, masked later), sorted, padded with N.
+  Returns cand [N, M] (each item's candidates: the union of its classes over the labelings,
+  itself included, sorted, padded with N; M a multiple of CHUNK), the item order (by number
+  of candidates), block size b, number of blocks nb (made odd if asked) and each block's
+  number of threshold chunks.
   """
   n = codes.shape[1]
   combos, combo = np.unique(codes.T, axis=0, return_inverse=True)
-  combo = combo.reshape(n).astype(np.int32)
   parts = []
   for l in range(codes.shape[0]):
     order = np.argsort(codes[l], kind='stable')
     sizes = np.bincount(codes[l])
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    width = sizes.max()
-    members = np.full((len(sizes), width), n, np.int32)
-    slot = np.arange(n) - np.repeat(starts, sizes)
-    members[codes[l][order], slot] = order
+    members = np.full((len(sizes), sizes.max()), n, np.int32)
+    members[codes[l][order], np.arange(n) - np.repeat(np.cumsum(sizes) - sizes, sizes)] = order
     parts.append(members[combos[:, l]])
   table = np.sort(np.concatenate(parts, axis=1), axis=1)
   if len(parts) > 1:
-    # Drop the duplicates of the union, keeping the table sorted.
+    # Drop the duplicates of the union, keeping rows sorted.
     table[:, 1:][table[:, 1:] == table[:, :-1]] = n
     table = np.sort(table, axis=1)
-  width = max(1, (table < n).sum(axis=1).max())
-  width = -(-width // CHUNK) * CHUNK
+  width = -(-(table < n).sum(axis=1).max() // CHUNK) * CHUNK
   table = np.pad(table, ((0, 0), (0, max(0, width - table.shape[1]))), constant_values=n)
-  return table[:, :width], combo
-
-
-def _run_blocks(block, codes, block_size):
-  """Runs `block` over the queries; returns per-query stats as numpy arrays [L, N]."""
-  n = codes.shape[1]
-  table, combo = _candidates(codes)
-  size = (table < n).sum(axis=1)[combo]
+  cand = table[:, :width][combo.reshape(n)]
+  size = (cand < n).sum(axis=1)
   order = np.argsort(size, kind='stable').astype(np.int32)
   b = min(block_size, n)
-  pad = -n % b
-  queries = np.concatenate([order, np.full(pad, order[-1], np.int32)]).reshape(-1, b)
-  args = jnp.asarray(table), jnp.asarray(combo), jnp.asarray(codes)
-  results = []
-  for q in queries:
-    n_chunks = -(-size[q].max() // CHUNK)
-    results.append(block(q, *args, jnp.int32(n_chunks)))
-  stats = [np.concatenate([np.asarray(r[i]) for r in results], axis=1) for i in range(5)]
-  # Queries were visited in `order` (then padding); put the stats back in item order.
-  return [s[:, :n][:, np.argsort(order)] for s in stats]
+  nb = -(-n // b)
+  nb += odd and nb % 2 == 0
+  block_size_max = np.append(size[order], np.zeros(nb * b - n, int)).reshape(nb, b).max(axis=1)
+  return cand, order, b, nb, (-(-block_size_max // CHUNK)).astype(np.int32)
 
 
 def _summarise(names, stats):

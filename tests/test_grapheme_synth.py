@@ -197,3 +197,11 @@ def test_bad_arguments_are_rejected(tmp_path):
     synth.write_dataset(str(tmp_path), -1, 1)
   with pytest.raises(ValueError, match='unseen_fraction'):
     synth.write_dataset(str(tmp_path), 1, 1, unseen_fraction=1.5)
+
+
+def test_bad_grapheme_table_names_the_line_and_field(tmp_path):
+  path = tmp_path / 'graphemes.csv'
+  path.write_text('grapheme_root,vowel_diacritic,consonant_diacritic,grapheme\n13,11,0,কা\n',
+                  encoding='utf-8')
+  with pytest.raises(ValueError, match=r'line 2: vowel_diacritic must be an integer in 0\.\.10'):
+    classes._read_graphemes(str(path))

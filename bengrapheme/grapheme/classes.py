@@ -73,9 +73,9 @@ def _derive_class_map(graphemes):
   roots = {r: g for r, v, c, g in graphemes if v == 0 and c == 0}
   vowels = {0: ''}
   for label in range(1, kaggle.NUM_CLASSES[1]):
-    vowels[label] = _most_common([g[len(roots[r]):] for r, v, c, g in graphemes
-                           if v == label and c == 0 and r in roots and g.startswith(roots[r])],
-                          f'vowel_diacritic {label}')
+    tails = [g[len(roots[r]):] for r, v, c, g in graphemes
+             if v == label and c == 0 and r in roots and g.startswith(roots[r])]
+    vowels[label] = _most_common(tails, f'vowel_diacritic {label}')
   consonants = {0: ('', '', '')}
   for label in range(1, kaggle.NUM_CLASSES[2]):
     splits = [tuple(g.split(roots[r], 1)) for r, v, c, g in graphemes
@@ -90,10 +90,10 @@ def _derive_class_map(graphemes):
   # 13 roots never appear bare; strip their diacritics off the graphemes that carry them.
   for root in range(kaggle.NUM_CLASSES[0]):
     if root not in roots:
-      roots[root] = _most_common([_strip(g, vowels[v], consonants[c]) for r, v, c, g in graphemes
-                           if r == root], f'grapheme_root {root}')
-  return [roots[r] for r in sorted(roots)], [vowels[v] for v in sorted(vowels)], \
-      [consonants[c] for c in sorted(consonants)]
+      stripped = [_strip(g, vowels[v], consonants[c]) for r, v, c, g in graphemes if r == root]
+      roots[root] = _most_common(stripped, f'grapheme_root {root}')
+  return ([roots[r] for r in sorted(roots)], [vowels[v] for v in sorted(vowels)],
+          [consonants[c] for c in sorted(consonants)])
 
 
 def _strip(grapheme, vowel, consonant):

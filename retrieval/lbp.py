@@ -1,0 +1,208 @@
+"""SRS-LBP baseline (Sparse Radial Sampling LBP, Nicolaou et al., ICDAR 2015).
+
+The HisFrag20 organisers' baseline, following their tools (bilde `lbpFeatures2 -r 1..12
+-s bilinear -T otsu` and wi19 `srs_lbp.py`):
+
+- For each radius r = 1..12: an 8-neighbour LBP code image. Neighbour p (bit p) is sampled at
+  (x + r cos(2 pi p / 8), y + r sin(2 pi p / 8)) (y grows downwards) by bilinear interpolation
+  rounded to the nearest grey level; the bit is set when that sample is brighter than the
+  centre by more than a threshold T (one-tail comparison). T is picked per image and radius by
+  Otsu's method on the histogram of |sample - centre| over all 8 neighbours; as in bilde, T = 0
+  when 99 % of that histogram lies below the Otsu threshold.
+- A 256-bin histogram of the codes over the valid fragment area: a pixel counts only if it and
+  every pixel its 8 samples read lie inside the fragment mask (outside the fragment the image
+  is black), so no code sees the black surround.
+- Bin 0 is zeroed, then the histogram is L1-normalised (bilde and wi19 suppress the bin before
+  dividing, so each radius block sums to 1 with bin 0 at 0). A radius whose valid area is
+  empty gives an all-zero block. The 12 blocks are concatenated: 3,072 values.
+- Retrieval: PCA to 200 dims fitted on the training set (centred, not whitened) -> Hellinger
+  (signed square root) -> L2 normalisation, compared with the L1 (cityblock) distance:
+  `retrieval.metrics.retrieval_metrics(embed(pca, f), labels, metric='cityblock')`.
+"""
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+from scipy import ndimage
+
+RADII = tuple(range(1, 13))
+NUM_BINS = 256
+
+
+def fragment_mask(gray, black_level=8):
+  """Fragment area of a fragment image: not black, with holes filled.
+
+  Filling holes keeps dark ink strokes inside the fragment; `black_level` absorbs JPEG noise
+  in the black surround.
+  """
+  return ndimage.binary_fill_holes(np.asarray(gray) > black_level)
+
+
+def lbp_codes(gray, radius, threshold=0):
+  """uint8 LBP codes of the pixels at least ceil(radius) away from the image border.
+
+  Returns [H - 2R, W - 2R] with R = ceil(radius); code bit p is set when the bilinear sample
+  of neighbour p, rounded, exceeds centre + threshold.
+  """
+  img = np.asarray(gray, np.float32)
+  big = math.ceil(radius)
+  centre = img[big:img.shape[0] - big, big:img.shape[1] - big]
+  codes = np.zeros(centre.shape, np.uint8)
+  # round(v) > c + T  <=>  v >= c + T + 0.5 for grey levels (round half up, as std::round).
+  level = centre + (threshold + 0.5)
+  for p, sample in enumerate(_samples(img, radius)):
+    codes |= (sample >= level).astype(np.uint8) << p
+  return codes
+
+
+def lbp_features(gray, mask=None, *, radii=RADII, threshold='otsu'):
+  """SRS-LBP histograms of a grey uint8 image -> float32 [len(radii) * 256].
+
+  `mask`: bool [H, W] fragment area; None derives it with `fragment_mask`. `threshold`:
+  'otsu' (per radius, as the baseline) or a fixed integer.
+  """
+  img = np.asarray(gray)
+  if img.ndim != 2:
+    raise ValueError(f'expected a 2-D grey image, got shape {img.shape}')
+  mask = fragment_mask(img) if mask is None else np.asarray(mask, bool)
+  if mask.shape != img.shape:
+    raise ValueError(f'mask shape {mask.shape} does not match image shape {img.shape}')
+  grey = img.astype(np.int16)
+  img = img.astype(np.float32)
+  blocks = []
+  for r in radii:
+    hist = np.zeros(NUM_BINS, np.float64)
+    valid = _valid_centres(mask, r)
+    if valid.any():
+      samples = _rounded_samples(img, grey, r)
+      big = math.ceil(r)
+      centre = grey[big:grey.shape[0] - big, big:grey.shape[1] - big]
+      t = _otsu_threshold(samples, centre, valid) if threshold == 'otsu' else int(threshold)
+      level = centre + np.int16(t)
+      codes = np.zeros(centre.shape, np.uint8)
+      bit = np.empty(centre.shape, np.uint8)
+      for p, sample in enumerate(samples):
+        np.left_shift(np.greater(sample, level).view(np.uint8), p, out=bit)
+        codes |= bit
+      hist = np.bincount(codes[valid], minlength=NUM_BINS).astype(np.float64)
+      hist[0] = 0.0
+      if hist.sum() > 0:
+        hist /= hist.sum()
+    blocks.append(hist)
+  return np.concatenate(blocks).astype(np.float32)
+
+
+class PCA(NamedTuple):
+  mean: np.ndarray  # [3072]
+  components: np.ndarray  # [dim, 3072], rows = principal axes
+
+
+def fit_pca(features, dim=200):
+  """PCA (centred, not whitened) of training features [n, D]; axis signs fixed for refits."""
+  x = np.asarray(features, np.float64)
+  if x.ndim != 2:
+    raise ValueError(f'features must be [n, D], got shape {x.shape}')
+  if not 1 <= dim <= min(x.shape):
+    raise ValueError(f'dim must be in [1, min(n, D)] = [1, {min(x.shape)}], got {dim}')
+  mean = x.mean(axis=0)
+  _, _, vt = np.linalg.svd(x - mean, full_matrices=False)
+  axes = vt[:dim]
+  axes *= np.sign(axes[np.arange(dim), np.abs(axes).argmax(axis=1)])[:, None]
+  return PCA(mean.astype(np.float32), axes.astype(np.float32))
+
+
+def embed(pca, features):
+  """Features [N, D] -> float32 [N, dim]: PCA, Hellinger (signed sqrt), L2 normalisation."""
+  y = (np.asarray(features, np.float32) - pca.mean) @ pca.components.T
+  y = np.sign(y) * np.sqrt(np.abs(y))
+  return y / np.maximum(np.linalg.norm(y, axis=1, keepdims=True), np.finfo(np.float32).tiny)
+
+
+def _offsets(radius):
+  """Per neighbour p: its bilinear taps [(dy, dx, weight)] (zero weights dropped)."""
+  out = []
+  for p in range(8):
+    angle = 2 * math.pi * p / 8
+    pos = [radius * math.sin(angle), radius * math.cos(angle)]  # (dy, dx)
+    # cos(pi/2) * r is 6e-17, not 0: snap so axis neighbours read one pixel, not two.
+    pos = [round(v) if abs(v - round(v)) < 1e-9 else v for v in pos]
+    (y0, fy), (x0, fx) = [(math.floor(v), v - math.floor(v)) for v in pos]
+    taps = [(y0, x0, (1 - fy) * (1 - fx)), (y0, x0 + 1, (1 - fy) * fx),
+            (y0 + 1, x0, fy * (1 - fx)), (y0 + 1, x0 + 1, fy * fx)]
+    out.append([t for t in taps if t[2] > 0])
+  return out
+
+
+def _samples(img, radius):
+  """The 8 unrounded bilinear neighbour samples over the interior [H - 2R, W - 2R]."""
+  big = math.ceil(radius)
+  h, w = img.shape[0] - 2 * big, img.shape[1] - 2 * big
+  out = []
+  for taps in _offsets(radius):
+    views = [img[big + dy:big + dy + h, big + dx:big + dx + w] for dy, dx, _ in taps]
+    if len(taps) == 1:
+      out.append(views[0])
+      continue
+    acc = views[0] * np.float32(taps[0][2])
+    tmp = np.empty_like(acc)
+    for view, (_, _, weight) in zip(views[1:], taps[1:]):
+      acc += np.multiply(view, np.float32(weight), out=tmp)
+    out.append(acc)
+  return out
+
+
+def _rounded_samples(img, grey, radius):
+  """The 8 samples rounded to int16 grey levels; single-tap ones read `grey` directly."""
+  big = math.ceil(radius)
+  h, w = img.shape[0] - 2 * big, img.shape[1] - 2 * big
+  out = []
+  for taps, sample in zip(_offsets(radius), _samples(img, radius)):
+    if len(taps) == 1:
+      dy, dx, _ = taps[0]
+      out.append(grey[big + dy:big + dy + h, big + dx:big + dx + w])
+    else:
+      # Round half up: samples are >= 0, so truncating v + 0.5 rounds.
+      out.append((sample + np.float32(0.5)).astype(np.int16))
+  return out
+
+
+def _valid_centres(mask, radius):
+  """Interior pixels whose own pixel and every tap of their 8 samples lie in the mask."""
+  big = math.ceil(radius)
+  h, w = mask.shape[0] - 2 * big, mask.shape[1] - 2 * big
+  if h <= 0 or w <= 0:
+    return np.zeros((max(h, 0), max(w, 0)), bool)
+  valid = mask[big:big + h, big:big + w].copy()
+  for dy, dx in {(dy, dx) for taps in _offsets(radius) for dy, dx, _ in taps}:
+    valid &= mask[big + dy:big + dy + h, big + dx:big + dx + w]
+  return valid
+
+
+def _otsu_threshold(samples, centre, valid):
+  """bilde's Otsu threshold on the histogram of |rounded sample - centre| (all neighbours).
+
+  Estimated on every second row and column of the valid area: histogramming all 8 x ~10^5
+  differences per radius would dominate the run time, and the threshold (an argmax over 256
+  levels of a smooth function) hardly moves with a quarter of them.
+  """
+  half = (slice(None, None, 2),) * 2
+  deltas = np.empty((len(samples),) + centre[half].shape, np.int16)
+  for d, s in zip(deltas, samples):
+    np.subtract(s[half], centre[half], out=d)
+  np.abs(deltas, out=deltas)
+  hist = np.bincount(deltas[:, valid[half]].ravel(), minlength=NUM_BINS).astype(np.float64)
+  levels = np.arange(NUM_BINS, dtype=np.float64)
+  total, mass = hist.sum(), (levels * hist).sum()
+  w_back = np.cumsum(hist)
+  w_fore = total - w_back
+  s_back = np.cumsum(levels * hist)
+  ok = (w_back > 0) & (w_fore > 0)
+  if not ok.any():
+    return 0
+  with np.errstate(divide='ignore', invalid='ignore'):
+    between = w_back * w_fore * (s_back / w_back - (mass - s_back) / w_fore) ** 2
+  between = np.where(ok, between, -1.0)
+  # bilde keeps the last threshold reaching the maximum (>=).
+  t = int(np.flatnonzero(between == between.max())[-1])
+  return 0 if hist[:t].sum() >= 0.99 * total else t

@@ -1,0 +1,205 @@
+"""retrieval.metrics against a plain numpy reference written like the organisers' evaluator.
+
+The embeddings are small integers (or exactly normalisable +-1 patterns for cosine), so every
+distance is exact in float32 and float64 alike: the kernel and the reference rank the very
+same numbers, ties included, and must agree to 1e-6.
+"""
+
+import os
+
+import numpy as np
+import pytest
+
+from retrieval import metrics
+
+N = 101  # prime: no block size below divides it
+
+
+def reference(dist, labels):
+  """Argsort per row, query removed, ties broken against the query (non-relevant first)."""
+  n = len(labels)
+  aps, top1, pr10, pr100 = [], [], [], []
+  for q in range(n):
+    others = np.delete(np.arange(n), q)
+    rel = labels[others] == labels[q]
+    if not rel.any():
+      continue
+    hits = rel[np.lexsort((rel, dist[q, others]))]
+    ranks = np.flatnonzero(hits) + 1
+    aps.append(np.mean(np.arange(1, len(ranks) + 1) / ranks))
+    top1.append(hits[0])
+    pr10.append(hits[:10].sum() / min(10, rel.sum()))
+    pr100.append(hits[:100].sum() / min(100, rel.sum()))
+  return dict(map=np.mean(aps), top1=np.mean(top1), pr10=np.mean(pr10), pr100=np.mean(pr100),
+              num_queries=len(aps))
+
+
+def exact_distances(x, metric):
+  x = x.astype(np.float64)
+  if metric == 'euclidean':
+    return ((x[:, None] - x[None]) ** 2).sum(-1)
+  if metric == 'cityblock':
+    return np.abs(x[:, None] - x[None]).sum(-1)
+  xn = x / np.linalg.norm(x, axis=1, keepdims=True)
+  return 1.0 - xn @ xn.T
+
+
+def make_data(metric, seed=0, n=N):
+  """Embeddings with many exact ties and duplicated rows; labels with singletons."""
+  rng = np.random.default_rng(seed)
+  if metric == 'cosine':
+    # Four +-1 entries out of 8: norm exactly 2, so normalising is exact.
+    x = np.zeros((n, 8), np.float32)
+    for row in x:
+      row[rng.choice(8, 4, replace=False)] = rng.choice([-1.0, 1.0], 4)
+  else:
+    x = rng.integers(-2, 3, (n, 6)).astype(np.float32)
+  dup = rng.choice(n, n // 5, replace=False)
+  x[dup] = x[rng.choice(n, n // 5)]  # exact duplicates: deliberate ties
+  writer = rng.integers(0, 12, n)
+  writer[:5] = 100 + np.arange(5)  # singleton classes
+  page = writer * 4 + rng.integers(0, 4, n)
+  return x, writer, page
+
+
+def assert_same(got, want):
+  assert got['num_queries'] == want['num_queries']
+  for key in ('map', 'top1', 'pr10', 'pr100'):
+    assert isinstance(got[key], float)
+    assert abs(got[key] - want[key]) <= 1e-6, (key, got[key], want[key])
+
+
+@pytest.mark.parametrize('metric,block_size', [('euclidean', 7), ('cosine', 16), ('cityblock', 32)])
+def test_matches_reference(metric, block_size):
+  x, writer, _ = make_data(metric)
+  got = metrics.retrieval_metrics(x, writer, metric=metric, block_size=block_size)
+  assert_same(got, reference(exact_distances(x, metric), writer))
+
+
+@pytest.mark.parametrize('block_size', [64, 1000])
+def test_block_size_does_not_matter(block_size):
+  x, writer, _ = make_data('euclidean', seed=1)
+  want = reference(exact_distances(x, 'euclidean'), writer)
+  assert_same(metrics.retrieval_metrics(x, writer, block_size=block_size), want)
+
+
+def test_writer_and_page_in_one_pass():
+  x, writer, page = make_data('euclidean', seed=2)
+  d = exact_distances(x, 'euclidean')
+  got = metrics.retrieval_metrics(x, {'writer': writer, 'page': page}, block_size=7)
+  assert set(got) == {'writer', 'page'}
+  assert_same(got['writer'], reference(d, writer))
+  assert_same(got['page'], reference(d, page))
+  # Singleton writers (and their pages) never count as queries.
+  assert got['writer']['num_queries'] == N - 5
+
+
+def test_all_tied_scores_worst_case():
+  # Every item at the same place: the query loses all ties, relevant items rank last.
+  x = np.ones((N, 4), np.float32)
+  labels = np.arange(N) % 10
+  got = metrics.retrieval_metrics(x, labels, block_size=7)
+  assert_same(got, reference(np.zeros((N, N)), labels))
+  assert got['top1'] == 0.0
+
+
+def test_distance_matrix_entry_point_equals_embedding_one():
+  x, writer, page = make_data('euclidean', seed=3)
+  labels = {'writer': writer, 'page': page}
+  d = metrics.distance_matrix(x, block_size=16)
+  np.testing.assert_array_equal(d, exact_distances(x, 'euclidean'))
+  assert metrics.metrics_from_distances(d, labels, block_size=7) == (
+      metrics.retrieval_metrics(x, labels, block_size=7))
+
+
+def test_distance_matrix_with_arbitrary_values():
+  # Generic float distances: the counting must agree with the argsort reference exactly.
+  rng = np.random.default_rng(4)
+  a = rng.standard_normal((N, N)).astype(np.float32)
+  d = (a + a.T) / 2
+  d[rng.random((N, N)) < 0.05] = 0.5  # plus plenty of exact ties
+  d = np.minimum(d, d.T)
+  labels = rng.integers(0, 9, N)
+  assert_same(metrics.metrics_from_distances(d, labels, block_size=7), reference(d, labels))
+
+
+def test_distance_validation():
+  d = np.zeros((4, 4))
+  labels = np.arange(4) % 2
+  with pytest.raises(ValueError, match='square'):
+    metrics.metrics_from_distances(np.zeros((4, 3)), labels)
+  with pytest.raises(ValueError, match=r'shape \(4,\)'):
+    metrics.metrics_from_distances(d, np.arange(5))
+  bad = d.copy()
+  bad[1, 2] = np.nan
+  with pytest.raises(ValueError, match='NaN or Inf'):
+    metrics.metrics_from_distances(bad, labels)
+  bad[1, 2] = np.inf
+  with pytest.raises(ValueError, match='NaN or Inf'):
+    metrics.metrics_from_distances(bad, labels)
+  bad = np.arange(16.0).reshape(4, 4)
+  with pytest.raises(ValueError, match='not symmetric'):
+    metrics.metrics_from_distances(bad, labels)
+
+
+def test_embedding_validation():
+  x = np.zeros((4, 3), np.float32)
+  with pytest.raises(ValueError, match='metric'):
+    metrics.retrieval_metrics(x, np.arange(4), metric='hamming')
+  with pytest.raises(ValueError, match=r"labels 'page' must have shape \(4,\)"):
+    metrics.retrieval_metrics(x, {'writer': np.arange(4), 'page': np.arange(3)})
+  x[0, 0] = np.nan
+  with pytest.raises(ValueError, match='NaN or Inf'):
+    metrics.retrieval_metrics(x, np.arange(4))
+
+
+def test_csv_round_trip(tmp_path):
+  rng = np.random.default_rng(5)
+  d = rng.random((6, 6)).astype(np.float32)
+  names = [f'{w}_{p}_{f}.jpg' for w, p, f in rng.integers(0, 99, (6, 3))]
+  path = tmp_path / 'dm.csv'
+  metrics.write_distance_csv(path, d, names)
+  back, back_names = metrics.read_distance_csv(path)
+  np.testing.assert_array_equal(back.astype(np.float32), d)
+  assert back_names == names
+  lines = path.read_text().splitlines()
+  assert len(lines) == 6 and lines[2].split(',')[0] == names[2]
+  assert os.listdir(tmp_path) == ['dm.csv']  # no temporary left behind
+
+
+def test_csv_failed_write_leaves_old_file(tmp_path):
+  path = tmp_path / 'dm.csv'
+  metrics.write_distance_csv(path, np.eye(2), ['a.jpg', 'b.jpg'])
+  before = path.read_text()
+  with pytest.raises(ValueError, match='comma'):
+    metrics.write_distance_csv(path, np.eye(2), ['a,1.jpg', 'b.jpg'])
+  with pytest.raises(TypeError):
+    metrics.write_distance_csv(path, np.array([[0, 1], [1, None]], object), ['a.jpg', 'b.jpg'])
+  assert path.read_text() == before
+  assert os.listdir(tmp_path) == ['dm.csv']
+
+
+def test_csv_reads_header_layout(tmp_path):
+  path = tmp_path / 'dm.csv'
+  path.write_text('a.jpg,b.jpg,c.jpg\n0,1,2\n1,0,3\n2,3,0\n')
+  d, names = metrics.read_distance_csv(path)
+  assert names == ['a.jpg', 'b.jpg', 'c.jpg']
+  np.testing.assert_array_equal(d, [[0, 1, 2], [1, 0, 3], [2, 3, 0]])
+  path.write_text(',a.jpg,b.jpg\na.jpg,0,1\nb.jpg,1,0\n')
+  d, names = metrics.read_distance_csv(path)
+  assert names == ['a.jpg', 'b.jpg'] and d[0, 1] == 1
+
+
+def test_pca_whitening():
+  rng = np.random.default_rng(6)
+  train = rng.standard_normal((500, 16)) @ rng.standard_normal((16, 16)) + 3.0
+  params = metrics.fit_pca_whitening(train, 8)
+  y = (train - params.mean) @ params.projection
+  np.testing.assert_allclose(np.cov(y, rowvar=False), np.eye(8), atol=1e-3)
+  out = metrics.apply_pca_whitening(params, train[:10])
+  assert out.shape == (10, 8) and out.dtype == np.float32
+  np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, rtol=1e-5)
+  again = metrics.fit_pca_whitening(train, 8)
+  np.testing.assert_array_equal(params.projection, again.projection)
+  with pytest.raises(ValueError, match='dim'):
+    metrics.fit_pca_whitening(train, 17)
