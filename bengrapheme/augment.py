@@ -6,8 +6,6 @@ Images are float32 [B, H, W, C] with ink high and paper 0 (the model input is
 are static Python numbers, so a stage that is switched off costs nothing in the jitted step.
 """
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -178,30 +176,32 @@ def mix(key, images, targets, *, mixup_alpha, cutmix_alpha, prob):
   for t in targets:
     if not jnp.issubdtype(t.dtype, jnp.floating):
       raise ValueError(f'mix: expected float one-hot or soft targets, got dtype {t.dtype}')
-  methods = [functools.partial(method, alpha=alpha)
-             for method, alpha in ((_mixup, mixup_alpha), (_cutmix, cutmix_alpha)) if alpha > 0]
-  if not methods:
+  methods = [(method, alpha) for method, alpha in ((_mixup, mixup_alpha), (_cutmix, cutmix_alpha))
+             if alpha > 0]
+  if not methods or prob <= 0:
     return images, targets
-  apply_key, method_key, mix_key = jax.random.split(key, 3)
-  choice = 1 + jax.random.randint(method_key, (), 0, len(methods))
-  index = jnp.where(jax.random.uniform(apply_key) < prob, choice, 0)
+  apply_key, method_key, lam_key, mix_key = jax.random.split(key, 4)
+  choice = jax.random.randint(method_key, (), 0, len(methods))
+  # One Beta draw serves either method: its sampler (a rejection loop) is the slowest part of
+  # the step to compile, about 2 s on CPU.
+  alpha = jnp.array([alpha for _, alpha in methods])[choice]
+  lam = jax.random.beta(lam_key, alpha, alpha, (images.shape[0],))
+  index = jnp.where(jax.random.uniform(apply_key) < prob, 1 + choice, 0)
   # A switch, not a select of both results: only the chosen branch runs, and the branch
   # boundary stops XLA on CPU from fusing the bilinear gathers of `random_affine` into the
   # batch permutation below, which made the pair 10x slower (50 ms vs 4.5 ms, B=64, 128x128).
-  branches = [lambda key, images, targets: (images, targets)] + methods
-  return jax.lax.switch(index, branches, mix_key, images, targets)
+  branches = [lambda key, images, targets, lam: (images, targets)]
+  branches += [method for method, _ in methods]
+  return jax.lax.switch(index, branches, mix_key, images, targets, lam)
 
 
-def _mixup(key, images, targets, *, alpha):
-  lam_key, perm_key = jax.random.split(key)
-  lam = jax.random.beta(lam_key, alpha, alpha, (images.shape[0],))
-  return _blend(perm_key, images, targets, lam[:, None, None], lam)
+def _mixup(key, images, targets, lam):
+  return _blend(key, images, targets, lam[:, None, None], lam)
 
 
-def _cutmix(key, images, targets, *, alpha):
+def _cutmix(key, images, targets, lam):
   batch, height, width = images.shape[:3]
-  lam_key, box_key, perm_key = jax.random.split(key, 3)
-  lam = jax.random.beta(lam_key, alpha, alpha, (batch,))
+  box_key, perm_key = jax.random.split(key)
   # The box has the image's aspect ratio and area (1 - lam) before clipping.
   size = jnp.array([height, width])
   cut = jnp.sqrt(1 - lam)[:, None] * size

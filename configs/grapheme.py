@@ -27,7 +27,8 @@ def get_config(arg='demo'):
   # data.dir is the Kaggle folder as downloaded (may be read-only); --data sets it.
   # The prepared random-access copy goes to cache_dir ('' = WORKDIR/prepared).
   c.data = dict(dir='', cache_dir='', val_fraction=0.02)
-  c.input = dict(size=(64, 112), num_threads=8)  # (height, width) the model sees
+  # (height, width) the model sees; crop_to_ink scales each grapheme's ink box to fill it.
+  c.input = dict(size=(64, 112), crop_to_ink=True, ink_threshold=0.25, num_threads=8)
   c.model = dict(
       name='resnet',  # -> bengrapheme/models/resnet.py
       args=dict(depth=18, width=32, stem='small', dtype='float32'),

@@ -88,17 +88,25 @@ def retrieval_metrics(embeddings, labels, *, metric='euclidean', block_size=256)
   x2, sq2 = xp[ring], sq[ring]
   codes2, dummy2 = jnp.asarray(codes_p[:, ring]), jnp.asarray(ring >= n)
 
+  blocks = cand_p.reshape(nb, b, m)
+  lo = np.where(blocks < n_pad, blocks, n_pad).min(axis=(1, 2))
+  hi = np.where(blocks < n_pad, blocks, -1).max(axis=(1, 2))
+  lo = np.minimum(lo, hi)  # blocks without candidates
+  window = -(-int((hi - lo).max() + 1) // GROUP) * GROUP
+  xw, sqw = jnp.pad(xp, ((0, window), (0, 0))), jnp.pad(sq, (0, window))
   thr, cand_le = zip(*[
-      _candidate_block(xp, sq, cand_p[i * b:(i + 1) * b].T, np.arange(i * b, (i + 1) * b),
-                       n_chunks[i], metric=metric) for i in range(nb)])
+      _candidate_block(xw, sqw, blocks[i].T, np.arange(i * b, (i + 1) * b), lo[i], n_chunks[i],
+                       metric=metric, window=window) for i in range(nb)])
   thr, cand_le = jnp.stack(thr), jnp.stack(cand_le)  # [nb, M, b]
   counts = jnp.zeros(thr.shape, jnp.int32)
   for i in range(nb):
     counts = _ring_row(x2, sq2, codes2, dummy2, i, thr, n_chunks, counts, metric=metric)
-  flat = lambda a: jnp.moveaxis(a, 0, 1).reshape(m, n_pad)
-  stats = _stats(flat(thr), flat(counts + cand_le), jnp.asarray(cand_p.T),
-                 jnp.arange(n_pad), jnp.asarray(codes_p))
-  return _summarise(names, [np.asarray(a) for a in stats])
+  le = counts + cand_le
+  codes_p = jnp.asarray(codes_p)
+  stats = [_block_stats(thr[i], le[i], blocks[i].T, np.arange(i * b, (i + 1) * b), codes_p,
+                        n_chunks[i]) for i in range(nb)]
+  return _summarise(names, [np.concatenate([np.asarray(s[k]) for s in stats], axis=1)
+                            for k in range(5)])
 
 
 def metrics_from_distances(distances, labels, *, block_size=256, symmetry_tol=1e-4):
@@ -160,19 +168,20 @@ def _distances(x, sq, xq, sq_q, *, metric):
   return acc
 
 
-@functools.partial(jax.jit, static_argnames='metric')
-def _candidate_block(x, sq, cand, q, n_chunks, *, metric):
+@functools.partial(jax.jit, static_argnames=('metric', 'window'))
+def _candidate_block(x, sq, cand, q, lo, n_chunks, *, metric, window):
   """Thresholds [M, B]: distances from queries q to their candidates cand [M, B] (+inf where
-  padding or the query itself), and for each, how many candidates lie at or below it."""
-  valid = (cand < x.shape[0]) & (cand != q[None, :])
-  c = jnp.minimum(cand, x.shape[0] - 1)
-  xc, xq = x[c], x[q][None]
-  if metric == 'euclidean':
-    dist = sq[c] + sq[q][None, :] - 2.0 * jnp.sum(xc * xq, axis=-1)
-  elif metric == 'cosine':
-    dist = 1.0 - jnp.sum(xc * xq, axis=-1)
-  else:
-    dist = jnp.sum(jnp.abs(xc - xq), axis=-1)
+  padding or the query itself), and for each, how many candidates lie at or below it.
+
+  All candidates lie in positions lo .. lo + window - 1 (items are ordered so that candidate
+  sets are runs): one small product gives their distances, where gathering candidate rows and
+  reducing over d would be ~10x slower.
+  """
+  n = x.shape[0] - window  # x carries `window` rows of padding
+  valid = (cand < n) & (cand != q[None, :])
+  dist = _distances(lax.dynamic_slice_in_dim(x, lo, window), lax.dynamic_slice_in_dim(sq, lo, window),
+                    x[q], sq[q], metric=metric)  # [window, B]
+  dist = jnp.take_along_axis(dist, jnp.clip(cand - lo, 0, window - 1), axis=0)
   thr = jnp.where(valid, dist, jnp.inf)
   return thr, _count_at_or_below(thr, thr, n_chunks)
 
@@ -205,58 +214,69 @@ def _ring_row(x2, sq2, codes2, dummy2, i, thr, n_chunks, counts, *, metric):
 @jax.jit
 def _rows_block(rows, cand, q, codes, n_chunks):
   """Stats of the queries q from their distance rows [B, N] (a given matrix)."""
-  dt = jnp.pad(rows.T, ((0, -rows.shape[1] % GROUP), (0, 0)), constant_values=jnp.inf)
+  dt = rows.T
   valid = (cand < codes.shape[1]) & (cand != q[None, :])
   c = jnp.minimum(cand, codes.shape[1] - 1)
   thr = jnp.where(valid, jnp.take_along_axis(dt, c, axis=0), jnp.inf)
   self_d = jnp.take_along_axis(dt, q[None, :], axis=0)
   le = _count_at_or_below(dt, thr, n_chunks) - (self_d <= thr).astype(jnp.int32)
-  return _stats(thr, le, cand, q, codes)
+  return _block_stats(thr, le, cand, q, codes, n_chunks)
 
 
 @jax.jit
-def _stats(thr, le, cand, q, codes):
-  """Per-query stats from the candidates' distances and counts.
+def _block_stats(thr, le, cand, q, codes, n_chunks):
+  """Per-query stats of one block from its candidates' distances and counts.
 
-  thr: [M, Q] distance of query q[j] to candidate cand[:, j] (+inf if padding or q itself);
-  le: [M, Q] number of items other than the query at or below it; codes: [L, N] class of each
-  item per labeling. Returns (ap, top1, hits10, hits100, n_relevant), each [L, Q].
+  thr: [M, B] distance of query q[b] to candidate cand[:, b] (+inf if padding or q itself);
+  le: [M, B] number of items other than the query at or below it; codes: [L, N] class of
+  each item per labeling. Returns (ap, top1, hits10, hits100, n_relevant), each [L, B].
+
+  Ranks without sorting: with the relevant items ordered by (distance, slot), the one at
+  position p among them has p - 1 relevant items before it and, the query losing ties,
+  le - (relevant items at or below its distance) non-relevant ones.
   """
-  n_lab, (m, nq) = codes.shape[0], thr.shape
+  n_lab, (m, b) = codes.shape[0], thr.shape
   c = jnp.minimum(cand, codes.shape[1] - 1)
-  rel = (thr < jnp.inf) & (codes[:, c] == codes[:, q][:, None, :])  # [L, M, Q]
+  rel = (thr < jnp.inf) & (codes[:, c] == codes[:, q][:, None, :])  # [L, M, B]
+  # The labelings side by side as extra queries: [M, L * B].
+  side = lambda a: jnp.moveaxis(a, 0, 1).reshape(m, n_lab * b)
+  t = side(jnp.where(rel, thr, jnp.inf))
+  unside = lambda a: jnp.moveaxis(a.reshape(m, n_lab, b), 1, 0)
+  pos = unside(_count_at_or_below(t, t, n_chunks, ties_by_row=True))
+  rel_le = unside(_count_at_or_below(t, t, n_chunks))
+  rank = pos + le[None] - rel_le
   n_rel = jnp.sum(rel, axis=1)
-  t, counts = lax.sort((jnp.where(rel, thr, jnp.inf), jnp.broadcast_to(le, rel.shape)),
-                       dimension=1, num_keys=1)
-  # runend: 1-based position of the last relevant item tied with this one. The relevant items
-  # at or below its distance are the first `runend`, all of them included in its count.
-  pos = lax.broadcasted_iota(jnp.int32, rel.shape, 1) + 1
-  is_end = jnp.concatenate([t[:, 1:] != t[:, :-1], jnp.ones((n_lab, 1, nq), bool)], axis=1)
-  runend = lax.cummin(jnp.where(is_end, pos, m + 1), axis=1, reverse=True)
-  rank = pos + counts - runend
-  in_rel = pos <= n_rel[:, None, :]
-  ap = jnp.sum(jnp.where(in_rel, pos / rank, 0.0), axis=1) / jnp.maximum(n_rel, 1)
-  top1 = (n_rel > 0) & (rank[:, 0] == 1)
-  hits10 = jnp.sum(in_rel & (rank <= 10), axis=1)
-  hits100 = jnp.sum(in_rel & (rank <= 100), axis=1)
+  ap = jnp.sum(jnp.where(rel, pos / rank, 0.0), axis=1) / jnp.maximum(n_rel, 1)
+  top1 = jnp.any(rel & (rank == 1), axis=1)
+  hits10 = jnp.sum(rel & (rank <= 10), axis=1)
+  hits100 = jnp.sum(rel & (rank <= 100), axis=1)
   return ap, top1, hits10, hits100, n_rel
 
 
-def _count_at_or_below(dt, thr, n_chunks):
+def _count_at_or_below(dt, thr, n_chunks, *, ties_by_row=False):
   """[M, B] count of rows of dt [rows, B] at or below each threshold thr [M, B].
 
   Only the first n_chunks chunks of thresholds are counted (the rest stay 0): items are
-  ordered so that a block's candidates fit in n_chunks * CHUNK.
+  ordered so that a block's candidates fit in n_chunks * CHUNK. ties_by_row (dt is thr):
+  a row equal to threshold m counts only if its index is <= m, giving distinct positions.
   """
+  if dt.shape[0] % GROUP:
+    dt = jnp.pad(dt, ((0, -dt.shape[0] % GROUP), (0, 0)), constant_values=jnp.inf)
   groups = dt.reshape(-1, GROUP, dt.shape[1])
+  row = lax.broadcasted_iota(jnp.int32, (groups.shape[0], GROUP, 1, 1), 0) * GROUP + (
+      lax.broadcasted_iota(jnp.int32, (groups.shape[0], GROUP, 1, 1), 1))
 
   def chunk(i, counts):
-    t = lax.dynamic_slice_in_dim(thr, i * CHUNK, CHUNK, axis=0)
+    t = lax.dynamic_slice_in_dim(thr, i * CHUNK, CHUNK, axis=0)[None]
+    own = i * CHUNK + lax.broadcasted_iota(jnp.int32, (1, CHUNK, 1), 1)
 
-    def step(acc, rows):
-      return acc + jnp.sum((rows[:, None, :] <= t[None]).astype(jnp.int32), axis=0), None
+    def step(acc, rows_and_index):
+      rows, index = rows_and_index
+      rows = rows[:, None, :]
+      hit = (rows < t) | ((rows == t) & (index <= own)) if ties_by_row else rows <= t
+      return acc + jnp.sum(hit.astype(jnp.int32), axis=0), None
 
-    acc, _ = lax.scan(step, jnp.zeros(t.shape, jnp.int32), groups)
+    acc, _ = lax.scan(step, jnp.zeros(t.shape[1:], jnp.int32), (groups, row))
     return lax.dynamic_update_slice_in_dim(counts, acc, i * CHUNK, axis=0)
 
   return lax.fori_loop(0, n_chunks, chunk, jnp.zeros(thr.shape, jnp.int32))
@@ -324,7 +344,8 @@ def _plan(codes, block_size, *, odd):
   table = np.pad(table, ((0, 0), (0, max(0, width - table.shape[1]))), constant_values=n)
   cand = table[:, :width][combo.reshape(n)]
   size = (cand < n).sum(axis=1)
-  order = np.argsort(size, kind='stable').astype(np.int32)
+  # By size, then by label combination: equal candidate sets (e.g. a writer's pages) become runs.
+  order = np.lexsort((combo.reshape(n), size)).astype(np.int32)
   b = min(block_size, n)
   nb = -(-n // b)
   nb += odd and nb % 2 == 0

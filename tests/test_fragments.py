@@ -1,6 +1,7 @@
 """The HisFrag20 fragmenter: properties of the pieces on a small synthetic page, and the CLI."""
 import dataclasses
 import os
+import re
 
 import numpy as np
 from PIL import Image
@@ -115,7 +116,7 @@ def test_cli_cuts_a_folder_of_pages(tmp_path):
   Image.fromarray(_page(1)).save(pages / '3_17.png')
   Image.fromarray(_page(2)).save(pages / '4_18.jpg', quality=95)
   run_module('retrieval.fragments', '--pages', pages, '--out', out, '--seed', 1,
-             '--workers', 1, '--margin', 6.0)
+             '--workers', 2, '--margin', 6.0)
   names = sorted(os.listdir(out))
   assert {n.split('_')[0] + '_' + n.split('_')[1] for n in names} == {'3_17', '4_18'}
   for name in names:
@@ -128,3 +129,16 @@ def test_badly_named_page_is_reported(tmp_path):
   with pytest.raises(ValueError, match='page1.png'):
     fragments.fragment_pages(str(tmp_path), str(tmp_path / 'out'),
                              fragments.FragmentParams())
+
+
+def test_duplicate_page_ids_and_used_out_dir_are_refused(tmp_path):
+  pages, out = tmp_path / 'pages', tmp_path / 'out'
+  pages.mkdir()
+  out.mkdir()
+  Image.fromarray(_page()).save(pages / '1_2.png')
+  (out / 'old.jpg').write_bytes(b'x')
+  with pytest.raises(ValueError, match=re.escape(str(out))):
+    fragments.fragment_pages(str(pages), str(out), fragments.FragmentParams())
+  Image.fromarray(_page()).save(pages / '1_2.jpg')
+  with pytest.raises(ValueError, match='1_2.png'):
+    fragments.fragment_pages(str(pages), str(tmp_path / 'new'), fragments.FragmentParams())

@@ -8,6 +8,7 @@ import io
 import os
 import pickle
 import shutil
+import socket
 import subprocess
 import sys
 import types
@@ -145,15 +146,6 @@ def test_train_csv_errors(data, tmp_path, case):
   raises_data_error(lambda: kaggle.validate(path, 'train'), *expected)
 
 
-def test_validate_train(data):
-  split = kaggle.validate(data.dir, 'train')
-  assert split.image_ids == [data.train_ids[i] for i in TRAIN_CSV_ORDER]
-  np.testing.assert_array_equal(split.labels, data.train_labels[TRAIN_CSV_ORDER])
-  assert split.labels.dtype == np.int32
-  assert [[image_id for image_id in ids] for _, ids in split.shards] == [
-      [data.train_ids[i] for i in numbers] for numbers in TRAIN_SHARDS]
-
-
 def test_test_csv_errors(data, tmp_path):
   text = data.files['test.csv']
   lines = text.splitlines()
@@ -288,7 +280,8 @@ def test_pandas_index_columns_tolerated(wide, tmp_path):
 
 @pytest.fixture(scope='module')
 def read_only(data, tmp_path_factory):
-  """A read-only copy of the data dir, prepared once; the real download may be read-only."""
+  """A read-only copy of the data dir with its train split prepared (the download may be
+  read-only)."""
   root = tmp_path_factory.mktemp('ro') / 'data'
   shutil.copytree(data.dir, root)
   for path in [root, *root.iterdir()]:
@@ -296,8 +289,7 @@ def read_only(data, tmp_path_factory):
   cache = tmp_path_factory.mktemp('cache')
   before = snapshot(root)
   yield types.SimpleNamespace(dir=root, cache=cache, before=before,
-                              train=prepare_lib.prepare(root, 'train', cache),
-                              test=prepare_lib.prepare(root, 'test', cache))
+                              train=prepare_lib.prepare(root, 'train', cache))
   root.chmod(0o755)
 
 
@@ -330,14 +322,11 @@ def test_prepare_round_trip_train(data, read_only):
     source[7]
 
 
-def test_prepare_round_trip_test(data, read_only):
-  source = prepare_lib.GraphemeSource(read_only.test)
-  order = TEST_CSV_ORDER
-  assert source.image_ids == [data.test_ids[i] for i in order]
-  for k, i in enumerate(order):
-    np.testing.assert_array_equal(source[k]['image'], data.test_images[i])
-    np.testing.assert_array_equal(source[k]['labels'], data.test_labels[i])
-    assert source[k]['grapheme'] == classes.grapheme_id(data.test_graphemes[i])
+def test_cache_reused_when_unchanged(read_only):
+  before = {p.name: p.stat().st_mtime_ns for p in read_only.train.iterdir()}
+  assert prepare_lib.prepare(read_only.dir, 'train', read_only.cache) == read_only.train
+  assert {p.name: p.stat().st_mtime_ns for p in read_only.train.iterdir()} == before
+  assert [p.name for p in read_only.cache.iterdir()] == [read_only.train.name]
 
 
 def test_test_without_labels(data, tmp_path):
@@ -348,17 +337,24 @@ def test_test_without_labels(data, tmp_path):
   assert split.graphemes == [''] * 5
 
 
-def test_cache_reused_when_unchanged(read_only):
-  before = {p.name: p.stat().st_mtime_ns for p in read_only.train.iterdir()}
-  assert prepare_lib.prepare(read_only.dir, 'train', read_only.cache) == read_only.train
-  assert {p.name: p.stat().st_mtime_ns for p in read_only.train.iterdir()} == before
-  assert sorted(p.name for p in read_only.cache.iterdir()) == sorted(
-      [read_only.train.name, read_only.test.name])
-
-
-def test_failure_midway_and_rebuild(data, tmp_path, monkeypatch):
+def test_prepare_test_split_failure_and_rebuild(data, tmp_path, monkeypatch):
   path = variant(data, tmp_path / 'd', **{'test_labels.csv': data.files['test_labels.csv']})
   cache = tmp_path / 'cache'
+  first = prepare_lib.prepare(path, 'test', cache)
+  source = prepare_lib.GraphemeSource(first)
+  assert source.image_ids == [data.test_ids[i] for i in TEST_CSV_ORDER]  # test.csv order
+  for k, i in enumerate(TEST_CSV_ORDER):
+    np.testing.assert_array_equal(source[k]['image'], data.test_images[i])
+    np.testing.assert_array_equal(source[k]['labels'], data.test_labels[i])
+    assert source[k]['grapheme'] == classes.grapheme_id(data.test_graphemes[i])
+
+  # A changed source file (new labels, new mtime) needs a fresh conversion.
+  text = edit_line(data.files['test_labels.csv'], 2, 'Test_4,5,5,5,x,0,F')
+  (path / 'test_labels.csv').write_text(text, encoding='utf-8')
+  os.utime(path / 'test_labels.csv', ns=(1, 1))
+
+  # A build that fails midway leaves nothing a later call could take for a cache, and the
+  # previous conversion untouched.
   read_rows = kaggle.read_image_rows
   calls = []
 
@@ -371,23 +367,17 @@ def test_failure_midway_and_rebuild(data, tmp_path, monkeypatch):
   monkeypatch.setattr(kaggle, 'read_image_rows', fail_on_second_file)
   with pytest.raises(OSError, match='disk full'):
     prepare_lib.prepare(path, 'test', cache)
-  assert list(cache.iterdir()) == []  # nothing that a later call could take for a cache
   monkeypatch.undo()
+  assert [p.name for p in cache.iterdir()] == [first.name]
 
-  # A build killed outright leaves its temporary dir: it must never be reused, and is removed.
+  # A build killed outright leaves its temporary dir: it is never reused, and is removed.
   dead = subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'],
                         capture_output=True, text=True, check=True).stdout.strip()
-  first = prepare_lib.prepare(path, 'test', cache)
-  stale = cache / f'.tmp-{first.name}-{dead}@{os.uname().nodename}'
+  stale = cache / f'.tmp-{first.name}-{dead}@{socket.gethostname()}'
   shutil.copytree(first, stale)
-  (stale / 'images.npy').write_bytes(b'')
 
-  # A changed source file (new labels, new mtime) gets a fresh conversion; the old one goes.
-  text = edit_line(data.files['test_labels.csv'], 2, 'Test_4,5,5,5,x,0,F')
-  (path / 'test_labels.csv').write_text(text, encoding='utf-8')
-  os.utime(path / 'test_labels.csv', ns=(1, 1))
   second = prepare_lib.prepare(path, 'test', cache)
-  assert second != first and not first.exists() and not stale.exists()
+  assert [p.name for p in cache.iterdir()] == [second.name] and second != first
   source = prepare_lib.GraphemeSource(second)
   np.testing.assert_array_equal(source[source.image_ids.index('Test_4')]['labels'], [5, 5, 5])
   np.testing.assert_array_equal(source[0]['image'], data.test_images[TEST_CSV_ORDER[0]])

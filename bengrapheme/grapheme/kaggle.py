@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 HEIGHT, WIDTH = 137, 236
 NUM_PIXELS = HEIGHT * WIDTH
 PIXEL_COLUMNS = [str(i) for i in range(NUM_PIXELS)]
+_PIXEL_SET = frozenset(PIXEL_COLUMNS)
 COMPONENTS = ('grapheme_root', 'vowel_diacritic', 'consonant_diacritic')
 NUM_CLASSES = (168, 11, 7)
 NUM_SHARDS = 4  # train_image_data_{0..3}.parquet, test_image_data_{0..3}.parquet
@@ -137,8 +138,9 @@ def read_image_ids(path):
   if not (pa.types.is_string(image_id_type) or pa.types.is_large_string(image_id_type)
           or pa.types.is_string_view(image_id_type)):
     raise DataError(f'{path}: column "image_id" is {image_id_type}; expected strings')
-  index_columns = _index_columns(schema)
-  pixel_names = [f.name for f in schema if f.name != 'image_id' and f.name not in index_columns]
+  names = schema.names
+  index_columns = _index_columns(schema, [n for n in names if n not in _PIXEL_SET])
+  pixel_names = [n for n in names if n != 'image_id' and n not in index_columns]
   _check_pixel_columns(path, schema, pixel_names)
   image_ids = parquet.read(columns=['image_id']).column('image_id')
   if image_ids.null_count:
@@ -191,23 +193,22 @@ def _open_parquet(path):
     raise DataError(f'{path}: cannot be read as parquet: {e}') from e
 
 
-def _index_columns(schema):
-  """Names of extra pandas index columns, which some copies of the data carry."""
+def _index_columns(schema, candidates):
+  """Which candidate columns are extra pandas index columns, as some copies of the data carry."""
   names = set()
   if schema.pandas_metadata:
     # RangeIndex entries are dicts (stored as metadata only, not as a column).
     names.update(c for c in schema.pandas_metadata.get('index_columns', []) if isinstance(c, str))
-  for name, type_ in zip(schema.names, schema.types):
+  for name in candidates:
     unnamed = (name in ('', 'index') or name.startswith('Unnamed')
                or re.fullmatch(r'__index_level_\d+__', name))
-    if unnamed and pa.types.is_integer(type_):
+    if unnamed and pa.types.is_integer(schema.field(name).type):
       names.add(name)
   return names
 
 
 def _check_pixel_columns(path, schema, pixel_names):
-  expected = set(PIXEL_COLUMNS)
-  unexpected = [name for name in pixel_names if name not in expected]
+  unexpected = [name for name in pixel_names if name not in _PIXEL_SET]
   if unexpected:
     raise DataError(f'{path}: unexpected column {unexpected[0]!r} ({len(unexpected)} in all); '
                     f"expected image_id plus pixel columns '0'..'{NUM_PIXELS - 1}'")
@@ -221,7 +222,7 @@ def _check_pixel_columns(path, schema, pixel_names):
     raise DataError(f'{path}: {len(pixel_names)} pixel columns, expected {NUM_PIXELS} '
                     f"named '0'..'{NUM_PIXELS - 1}'; missing column {missing[0]!r}")
   for name, type_ in zip(schema.names, schema.types):
-    if name in expected and type_ != pa.uint8():
+    if name in _PIXEL_SET and type_ != pa.uint8():
       raise DataError(f'{path}: pixel column {name!r} is {type_}; expected uint8')
 
 
