@@ -1,7 +1,7 @@
 """The training loop shared by every task, read top to bottom.
 
 A task is a module named by `config.task` that provides
-  source(config, workdir, split)            -> grain random-access source of numpy dicts
+  train_data(config, workdir, local_batch)  -> grain IterDataset of this process's batches
   make_model(config, rngs)                  -> nnx.Module
   loss(model, batch, key, config)           -> (scalar loss, dict of scalars)
   evaluate(config, split, graphdef, variables, mesh, workdir) -> dict of scalars
@@ -15,12 +15,11 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 import tqdm
 from flax import nnx
 
-from bengrapheme import checkpoint, input as input_lib, logs, parallel
+from bengrapheme import checkpoint, logs, parallel
 
 
 def load_task(config):
@@ -150,10 +149,7 @@ def train(config, workdir):
 
   # Input: each process reads its own slice of every shuffled epoch.
   local_batch = parallel.per_process_batch(config.train.batch_size, mesh)
-  data = iter(input_lib.train_dataset(
-      task.source(config, workdir, 'train'), batch_size=local_batch, seed=config.seed,
-      process_index=jax.process_index(), process_count=jax.process_count(),
-      num_threads=config.input.num_threads))
+  data = iter(task.train_data(config, workdir, local_batch))
 
   # Model, optimizer and the jitted step.
   graphdef, state = init_state(config, task, mesh)

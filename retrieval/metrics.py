@@ -70,43 +70,48 @@ def retrieval_metrics(embeddings, labels, *, metric='euclidean', block_size=256)
   """
   x = _prepare(embeddings, metric)
   names, codes = _encode_labels(labels, x.shape[0])
-  n, d = x.shape
+  n = x.shape[0]
   cand, order, b, nb, n_chunks = _plan(codes, block_size, odd=True)
-  n_pad, m = nb * b, cand.shape[1]
-  # Position p holds item order[p]; positions past n are dummies, masked to +inf.
-  where = np.append(np.argsort(order), n_pad).astype(np.int32)
-  cand_p = np.full((n_pad, m), n_pad, np.int32)
-  cand_p[:n] = where[cand[order]]
+  n_pad = nb * b
+  # Position p holds item order[p]; positions from n on are dummies, kept at +inf distance.
+  position = np.append(np.argsort(order), n_pad).astype(np.int32)
+  cand_p = np.full((nb, b, cand.shape[1]), n_pad, np.int32)
+  cand_p.reshape(n_pad, -1)[:n] = position[cand[order]]
+  cand_p = cand_p.transpose(0, 2, 1)  # [nb, M, b]
   codes_p = np.full((codes.shape[0], n_pad), -1, np.int32)
   codes_p[:, :n] = codes[:, order]
-  xp = np.zeros((n_pad, d), np.float32)
+  xp = np.zeros((n_pad, x.shape[1]), np.float32)
   xp[:n] = x[order]
-  # The ring unrolled: rows i*b .. i*b + (nb // 2 + 1) * b are contiguous for every block i.
-  ring = np.arange(n_pad + (nb // 2) * b) % n_pad
   sq = np.einsum('ij,ij->i', xp, xp)
-  xp, sq, n_chunks = jnp.asarray(xp), jnp.asarray(sq), jnp.asarray(n_chunks)
-  x2, sq2 = xp[ring], sq[ring]
-  codes2, dummy2 = jnp.asarray(codes_p[:, ring]), jnp.asarray(ring >= n)
 
-  blocks = cand_p.reshape(nb, b, m)
-  lo = np.where(blocks < n_pad, blocks, n_pad).min(axis=(1, 2))
-  hi = np.where(blocks < n_pad, blocks, -1).max(axis=(1, 2))
-  lo = np.minimum(lo, hi)  # blocks without candidates
-  window = -(-int((hi - lo).max() + 1) // GROUP) * GROUP
-  xw, sqw = jnp.pad(xp, ((0, window), (0, 0))), jnp.pad(sq, (0, window))
-  thr, cand_le = zip(*[
-      _candidate_block(xw, sqw, blocks[i].T, np.arange(i * b, (i + 1) * b), lo[i], n_chunks[i],
-                       metric=metric, window=window) for i in range(nb)])
-  thr, cand_le = jnp.stack(thr), jnp.stack(cand_le)  # [nb, M, b]
+  # Pass 1: each block's thresholds, from a product with the positions holding its candidates.
+  valid = cand_p < n_pad
+  lo = np.where(valid, cand_p, n_pad).min(axis=(1, 2))
+  hi = np.where(valid, cand_p, -1).max(axis=(1, 2))
+  lo = np.where(hi >= 0, lo, 0)
+  window = -(-int(np.maximum(hi - lo + 1, 1).max()) // GROUP) * GROUP
+  # Padded so that a window never runs off the end (dynamic_slice would shift it back).
+  xw, sqw = jnp.asarray(np.pad(xp, ((0, window), (0, 0)))), jnp.asarray(np.pad(sq, (0, window)))
+  queries = np.arange(n_pad, dtype=np.int32).reshape(nb, b)
+  thr, cand_le = map(jnp.stack, zip(*[
+      _candidate_block(xw, sqw, cand_p[i], queries[i], lo[i], n_chunks[i], metric=metric,
+                       window=window) for i in range(nb)]))
+
+  # Pass 2: every pair once, around the ring unrolled so that rows i * b ..
+  # i * b + (nb // 2 + 1) * b are contiguous for every block i.
+  ring = np.arange(n_pad + (nb // 2) * b) % n_pad
+  x2, sq2 = jnp.asarray(xp[ring]), jnp.asarray(sq[ring])
+  codes2, dummy2 = jnp.asarray(codes_p[:, ring]), jnp.asarray(ring >= n)
   counts = jnp.zeros(thr.shape, jnp.int32)
+  jn_chunks = jnp.asarray(n_chunks)
   for i in range(nb):
-    counts = _ring_row(x2, sq2, codes2, dummy2, i, thr, n_chunks, counts, metric=metric)
-  le = counts + cand_le
+    counts = _ring_row(x2, sq2, codes2, dummy2, i, thr, jn_chunks, counts, metric=metric)
+
+  # Pass 3: ranks and per-query stats.
   codes_p = jnp.asarray(codes_p)
-  stats = [_block_stats(thr[i], le[i], blocks[i].T, np.arange(i * b, (i + 1) * b), codes_p,
-                        n_chunks[i]) for i in range(nb)]
-  return _summarise(names, [np.concatenate([np.asarray(s[k]) for s in stats], axis=1)
-                            for k in range(5)])
+  stats = [_ring_stats(thr, counts, cand_le, i, cand_p[i], queries[i], codes_p, n_chunks[i])
+           for i in range(nb)]
+  return _summarise(names, np.concatenate([np.asarray(s) for s in stats], axis=2))
 
 
 def metrics_from_distances(distances, labels, *, block_size=256, symmetry_tol=1e-4):
@@ -131,8 +136,7 @@ def metrics_from_distances(distances, labels, *, block_size=256, symmetry_tol=1e
   jcodes = jnp.asarray(codes)
   stats = [_rows_block(jnp.asarray(d[q], np.float32), cand[q].T, q, jcodes, n_chunks[i])
            for i, q in enumerate(queries)]
-  return _summarise(names, [np.concatenate([np.asarray(s[k]) for s in stats], axis=1)[:, :n]
-                            for k in range(5)])
+  return _summarise(names, np.concatenate([np.asarray(s) for s in stats], axis=2)[:, :, :n])
 
 
 def distance_matrix(embeddings, *, metric='euclidean', block_size=256):
@@ -212,6 +216,11 @@ def _ring_row(x2, sq2, codes2, dummy2, i, thr, n_chunks, counts, *, metric):
 
 
 @jax.jit
+def _ring_stats(thr, counts, cand_le, i, cand, q, codes, n_chunks):
+  return _block_stats(thr[i], counts[i] + cand_le[i], cand, q, codes, n_chunks)
+
+
+@jax.jit
 def _rows_block(rows, cand, q, codes, n_chunks):
   """Stats of the queries q from their distance rows [B, N] (a given matrix)."""
   dt = rows.T
@@ -223,13 +232,13 @@ def _rows_block(rows, cand, q, codes, n_chunks):
   return _block_stats(thr, le, cand, q, codes, n_chunks)
 
 
-@jax.jit
 def _block_stats(thr, le, cand, q, codes, n_chunks):
   """Per-query stats of one block from its candidates' distances and counts.
 
   thr: [M, B] distance of query q[b] to candidate cand[:, b] (+inf if padding or q itself);
   le: [M, B] number of items other than the query at or below it; codes: [L, N] class of
-  each item per labeling. Returns (ap, top1, hits10, hits100, n_relevant), each [L, B].
+  each item per labeling. Returns [5, L, B] float32 sums over each query's relevant items:
+  precision at their ranks, top-1 hits, hits in the top 10, in the top 100, and their number.
 
   Ranks without sorting: with the relevant items ordered by (distance, slot), the one at
   position p among them has p - 1 relevant items before it and, the query losing ties,
@@ -242,44 +251,45 @@ def _block_stats(thr, le, cand, q, codes, n_chunks):
   side = lambda a: jnp.moveaxis(a, 0, 1).reshape(m, n_lab * b)
   t = side(jnp.where(rel, thr, jnp.inf))
   unside = lambda a: jnp.moveaxis(a.reshape(m, n_lab, b), 1, 0)
-  pos = unside(_count_at_or_below(t, t, n_chunks, ties_by_row=True))
-  rel_le = unside(_count_at_or_below(t, t, n_chunks))
+  pos, rel_le = map(unside, _count_at_or_below(t, t, n_chunks, positions=True))
   rank = pos + le[None] - rel_le
-  n_rel = jnp.sum(rel, axis=1)
-  ap = jnp.sum(jnp.where(rel, pos / rank, 0.0), axis=1) / jnp.maximum(n_rel, 1)
-  top1 = jnp.any(rel & (rank == 1), axis=1)
-  hits10 = jnp.sum(rel & (rank <= 10), axis=1)
-  hits100 = jnp.sum(rel & (rank <= 100), axis=1)
-  return ap, top1, hits10, hits100, n_rel
+  # One reduction for all five (XLA:CPU compile time grows with each reduction).
+  terms = jnp.stack([pos / rank, rank == 1, rank <= 10, rank <= 100, jnp.ones_like(rel)])
+  return jnp.sum(jnp.where(rel, terms, 0.0), axis=2)
 
 
-def _count_at_or_below(dt, thr, n_chunks, *, ties_by_row=False):
+def _count_at_or_below(dt, thr, n_chunks, *, positions=False):
   """[M, B] count of rows of dt [rows, B] at or below each threshold thr [M, B].
 
   Only the first n_chunks chunks of thresholds are counted (the rest stay 0): items are
-  ordered so that a block's candidates fit in n_chunks * CHUNK. ties_by_row (dt is thr):
-  a row equal to threshold m counts only if its index is <= m, giving distinct positions.
+  ordered so that a block's candidates fit in n_chunks * CHUNK. With positions=True (dt is
+  thr) also returns, first, the counts that break ties by row: a row equal to threshold m
+  counts only if its index is <= m, which gives equal thresholds distinct positions.
   """
   if dt.shape[0] % GROUP:
     dt = jnp.pad(dt, ((0, -dt.shape[0] % GROUP), (0, 0)), constant_values=jnp.inf)
   groups = dt.reshape(-1, GROUP, dt.shape[1])
-  row = lax.broadcasted_iota(jnp.int32, (groups.shape[0], GROUP, 1, 1), 0) * GROUP + (
+  index = lax.broadcasted_iota(jnp.int32, (groups.shape[0], GROUP, 1, 1), 0) * GROUP + (
       lax.broadcasted_iota(jnp.int32, (groups.shape[0], GROUP, 1, 1), 1))
+  n_out = 2 if positions else 1
 
   def chunk(i, counts):
     t = lax.dynamic_slice_in_dim(thr, i * CHUNK, CHUNK, axis=0)[None]
     own = i * CHUNK + lax.broadcasted_iota(jnp.int32, (1, CHUNK, 1), 1)
 
     def step(acc, rows_and_index):
-      rows, index = rows_and_index
+      rows, row_index = rows_and_index
       rows = rows[:, None, :]
-      hit = (rows < t) | ((rows == t) & (index <= own)) if ties_by_row else rows <= t
-      return acc + jnp.sum(hit.astype(jnp.int32), axis=0), None
+      hits = [rows <= t]
+      if positions:
+        hits.insert(0, (rows < t) | ((rows == t) & (row_index <= own)))
+      return [a + jnp.sum(h.astype(jnp.int32), axis=0) for a, h in zip(acc, hits)], None
 
-    acc, _ = lax.scan(step, jnp.zeros(t.shape[1:], jnp.int32), (groups, row))
-    return lax.dynamic_update_slice_in_dim(counts, acc, i * CHUNK, axis=0)
+    acc, _ = lax.scan(step, [jnp.zeros(t.shape[1:], jnp.int32)] * n_out, (groups, index))
+    return [lax.dynamic_update_slice_in_dim(c, a, i * CHUNK, axis=0) for c, a in zip(counts, acc)]
 
-  return lax.fori_loop(0, n_chunks, chunk, jnp.zeros(thr.shape, jnp.int32))
+  counts = lax.fori_loop(0, n_chunks, chunk, [jnp.zeros(thr.shape, jnp.int32)] * n_out)
+  return tuple(counts) if positions else counts[0]
 
 
 # ---------------------------------------------------------------------------- host side
@@ -349,22 +359,23 @@ def _plan(codes, block_size, *, odd):
   b = min(block_size, n)
   nb = -(-n // b)
   nb += odd and nb % 2 == 0
-  block_size_max = np.append(size[order], np.zeros(nb * b - n, int)).reshape(nb, b).max(axis=1)
-  return cand, order, b, nb, (-(-block_size_max // CHUNK)).astype(np.int32)
+  largest = np.append(size[order], np.zeros(nb * b - n, int)).reshape(nb, b).max(axis=1)
+  return cand, order, b, nb, (-(-largest // CHUNK)).astype(np.int32)
 
 
 def _summarise(names, stats):
-  ap, top1, hits10, hits100, n_rel = stats
+  """Metrics from the per-query sums [5, L, Q] of `_block_stats`."""
+  precision, top1, hits10, hits100, n_rel = np.asarray(stats, np.float64)
   out = []
-  for l in range(ap.shape[0]):
+  for l in range(n_rel.shape[0]):
     keep = n_rel[l] > 0
     k = int(keep.sum())
     if k == 0:
       out.append(dict(map=0.0, top1=0.0, pr10=0.0, pr100=0.0, num_queries=0))
       continue
-    nr = n_rel[l][keep].astype(np.float64)
+    nr = n_rel[l][keep]
     out.append(dict(
-        map=float(np.mean(ap[l][keep].astype(np.float64))),
+        map=float(np.mean(precision[l][keep] / nr)),
         top1=float(np.mean(top1[l][keep])),
         pr10=float(np.mean(hits10[l][keep] / np.minimum(10, nr))),
         pr100=float(np.mean(hits100[l][keep] / np.minimum(100, nr))),

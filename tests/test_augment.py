@@ -35,7 +35,7 @@ apply_step = jit_apply(APPLY_AUG)
 
 
 def random_images(seed=0, shape=(BATCH, 24, 32, 1)):
-  return jax.random.uniform(jax.random.key(seed), shape, jnp.float32)
+  return jnp.asarray(np.random.default_rng(seed).random(shape, np.float32))
 
 
 def one_hot_targets(batch=BATCH):
@@ -55,24 +55,20 @@ def test_default_config_fields():
 def test_shapes_and_dtypes_preserved():
   images, targets = random_images(), one_hot_targets()
   key = jax.random.key(1)
-  outputs = [
-      random_affine(key, images, rotate_deg=10, shear_deg=10, scale=(0.8, 1.2), translate=0.1),
-      cutout(key, images, size_fraction=0.3, prob=1.0),
-      grid_mask(key, images, prob=1.0),
-  ]
+  out = random_affine(key, images, rotate_deg=10, shear_deg=10, scale=(0.8, 1.2), translate=0.1)
+  assert out.shape == images.shape and out.dtype == jnp.float32
   mixed, mixed_targets = mix(key, images, targets, mixup_alpha=0.4, cutmix_alpha=1.0, prob=1.0)
-  for out in outputs + [mixed]:
-    assert out.shape == images.shape and out.dtype == jnp.float32
+  assert mixed.shape == images.shape and mixed.dtype == jnp.float32
   assert isinstance(mixed_targets, tuple)
   assert [t.shape for t in mixed_targets] == [t.shape for t in targets]
   assert all(t.dtype == jnp.float32 for t in mixed_targets)
   # Colour images: every channel is warped with the same coordinates.
-  rgb = random_images(shape=(2, 24, 32, 3))
-  out = random_affine(key, rgb, rotate_deg=10, shear_deg=10, scale=(0.8, 1.2), translate=0.1)
-  assert out.shape == rgb.shape and out.dtype == jnp.float32
-  one = random_affine(key, rgb[..., 1:2], rotate_deg=10, shear_deg=10, scale=(0.8, 1.2),
-                      translate=0.1)
-  np.testing.assert_allclose(out[..., 1:2], one, atol=1e-6)
+  rgb = jnp.repeat(random_images(shape=(2, 24, 32, 1)), 3, axis=-1)
+  out = np.asarray(random_affine(key, rgb, rotate_deg=10, shear_deg=10, scale=(0.8, 1.2),
+                                 translate=0.1))
+  assert out.shape == rgb.shape
+  np.testing.assert_array_equal(out[..., 1:], out[..., :2])
+  assert not np.array_equal(out, rgb)
 
 
 def test_identity_affine_returns_input():
@@ -139,9 +135,7 @@ def test_cutout_blanks_one_rectangle():
     assert 0 < len(rows) <= 7 * 10
     # The blank pixels fill their bounding box: a rectangle (clipped at the border).
     assert len(rows) == (np.ptp(rows) + 1) * (np.ptp(cols) + 1)
-  assert set(np.unique(out)) == {0.0, 1.0}
-  np.testing.assert_array_equal(
-      cutout(jax.random.key(4), images, size_fraction=0.3, prob=0.0), images)
+  assert out.dtype == np.float32 and set(np.unique(out)) == {0.0, 1.0}
 
 
 def test_grid_mask_erases_a_grid():
@@ -150,7 +144,7 @@ def test_grid_mask_erases_a_grid():
   erased = 1 - out.mean(axis=(1, 2, 3))
   assert 0.1 < erased.min() and erased.max() < 0.45
   assert erased.mean() == pytest.approx(0.25, abs=0.05)
-  assert set(np.unique(out)) == {0.0, 1.0}
+  assert out.dtype == np.float32 and set(np.unique(out)) == {0.0, 1.0}
   # Holes are squares on a grid: every erased row has the same erased columns.
   image = out[0, :, :, 0]
   erased_rows = image.min(axis=1) == 0
@@ -275,8 +269,8 @@ def test_apply_sharded_over_8_devices_matches_one_device(tmp_path):
   images, targets = random_images(), one_hot_targets()
   np.save(tmp_path / 'images.npy', images)
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  env = dict(os.environ, JAX_PLATFORMS='cpu',
-             XLA_FLAGS=os.environ.get('XLA_FLAGS', '') + ' --xla_force_host_platform_device_count=8',
+  flags = os.environ.get('XLA_FLAGS', '') + ' --xla_force_host_platform_device_count=8'
+  env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS=flags,
              PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get('PYTHONPATH')])))
   result = subprocess.run(
       [sys.executable, '-c', SHARDED_SCRIPT, APPLY_AUG.to_json(), str(tmp_path / 'images.npy'),

@@ -215,32 +215,32 @@ def wide(data):
 
 def test_parquet_schema_errors(wide, tmp_path):
   table, _ = wide
-  pixel = lambda name: table.schema.get_field_index(name)
-  # Names are checked before types and ids, so those cases need only a few columns.
+  # Only the missing-column check needs all 32,332 columns: the others fire on a few.
   head = table.select(['image_id', '0', '1'])
   cases = {
       'misnamed column': (head.rename_columns(['image_id', '0', 'x7']),
                           ["unexpected column 'x7'"]),
       'extra column': (head.append_column('32332', table.column('0')),
                        ["unexpected column '32332'"]),
+      'int16 pixels': (head.set_column(2, '1', table.column('1').cast(pa.int16())),
+                       ["pixel column '1'", 'int16', 'expected uint8']),
+      'string ids': (head.set_column(0, 'image_id', pa.array([1, 2])), ['"image_id"', 'int64']),
       'no image_id': (head.rename_columns(['id', '0', '1']), ['"image_id"']),
-      'dropped column': (table.remove_column(pixel('5')),
+      'duplicate id': (head.set_column(0, 'image_id', pa.array(['Train_0', 'Train_0'])),
+                       ['row 1', "duplicate image_id 'Train_0'", 'row 0']),
+      'null id': (head.set_column(0, 'image_id', pa.array(['Train_0', None])),
+                  ['row 1', 'image_id is missing']),
+      'dropped column': (table.remove_column(table.schema.get_field_index('5')),
                          [f'{kaggle.NUM_PIXELS - 1} pixel columns', f'{kaggle.NUM_PIXELS}',
                           "missing column '5'"]),
-      'int16 pixels': (table.set_column(pixel('3'), '3', table.column('3').cast(pa.int16())),
-                       ["pixel column '3'", 'int16', 'expected uint8']),
-      'duplicate id': (table.set_column(0, 'image_id', pa.array(['Train_0', 'Train_0'])),
-                       ['row 1', "duplicate image_id 'Train_0'", 'row 0']),
-      'null id': (table.set_column(0, 'image_id', pa.array(['Train_0', None])),
-                  ['row 1', 'image_id is missing']),
   }
   for name, (damaged, expected) in cases.items():
     path = tmp_path / f'{name.replace(" ", "_")}.parquet'
     pq.write_table(damaged, path, **FAST_WRITE)
-    raises_data_error(lambda: kaggle.read_image_ids(path), str(path), *expected)
+    raises_data_error(lambda: kaggle.ImageParquet(path), str(path), *expected)
   path = tmp_path / 'garbage.parquet'
   path.write_bytes(b'not a parquet file')
-  raises_data_error(lambda: kaggle.read_image_ids(path), str(path), 'parquet')
+  raises_data_error(lambda: kaggle.ImageParquet(path), str(path), 'parquet')
 
 
 def test_null_pixel(wide, tmp_path):
@@ -249,29 +249,29 @@ def test_null_pixel(wide, tmp_path):
   pq.write_table(table.set_column(table.schema.get_field_index('9'), '9',
                                   pa.array([1, None], pa.uint8())), path, **FAST_WRITE)
   out = np.zeros((2, kaggle.NUM_PIXELS), np.uint8)
-  raises_data_error(lambda: kaggle.read_image_rows(path, out, [0, 1]), str(path), 'row 1',
-                    "'9'")
+  raises_data_error(lambda: kaggle.ImageParquet(path).read_rows(out, [0, 1]), str(path),
+                    'row 1', "'9'")
 
 
 def test_duplicate_across_files(data, tmp_path):
-  def write(path):
-    kaggle.write_image_parquet(path, ['Train_6', 'Train_0'], data.train_images[[6, 0]])
-  path = variant(data, tmp_path / 'd', **{'train_image_data_3.parquet': write})
+  path = variant(data, tmp_path / 'd')
+  os.remove(path / 'train_image_data_3.parquet')
+  os.symlink(data.dir / 'train_image_data_0.parquet', path / 'train_image_data_3.parquet')
   raises_data_error(lambda: kaggle.validate(path, 'train'), 'train_image_data_3.parquet',
-                    'row 1', "duplicate image_id 'Train_0'", 'train_image_data_0.parquet')
+                    "row 0: duplicate image_id 'Train_0'", 'train_image_data_0.parquet')
 
 
 def test_pandas_index_columns_tolerated(wide, tmp_path):
   table, flat = wide
-  # pandas writes a named-less index as a last column '__index_level_0__'; a CSV round trip
-  # gives a first column 'Unnamed: 0'.
+  # pandas writes an unnamed index as a last column '__index_level_0__'; a CSV round trip
+  # adds a first column 'Unnamed: 0'.
   path = tmp_path / 'indexed.parquet'
+  table = table.add_column(0, 'Unnamed: 0', pa.array([0, 1]))
   pq.write_table(table.append_column('__index_level_0__', pa.array([5, 6])), path, **FAST_WRITE)
-  assert kaggle.read_image_ids(path) == ['Train_0', 'Train_1']
-  pq.write_table(table.add_column(0, 'Unnamed: 0', pa.array([0, 1])), path, **FAST_WRITE)
-  assert kaggle.read_image_ids(path) == ['Train_0', 'Train_1']
+  image_file = kaggle.ImageParquet(path)
+  assert image_file.image_ids == ['Train_0', 'Train_1']
   out = np.zeros((2, kaggle.NUM_PIXELS), np.uint8)
-  kaggle.read_image_rows(path, out, [1, 0])
+  image_file.read_rows(out, [1, 0])
   np.testing.assert_array_equal(out, flat[::-1])
 
 
@@ -355,16 +355,16 @@ def test_prepare_test_split_failure_and_rebuild(data, tmp_path, monkeypatch):
 
   # A build that fails midway leaves nothing a later call could take for a cache, and the
   # previous conversion untouched.
-  read_rows = kaggle.read_image_rows
+  read_rows = kaggle.ImageParquet.read_rows
   calls = []
 
-  def fail_on_second_file(*args):
-    calls.append(args[0])
+  def fail_on_second_file(self, out, rows):
+    calls.append(self.path)
     if len(calls) == 2:
       raise OSError('disk full')
-    read_rows(*args)
+    read_rows(self, out, rows)
 
-  monkeypatch.setattr(kaggle, 'read_image_rows', fail_on_second_file)
+  monkeypatch.setattr(kaggle.ImageParquet, 'read_rows', fail_on_second_file)
   with pytest.raises(OSError, match='disk full'):
     prepare_lib.prepare(path, 'test', cache)
   monkeypatch.undo()

@@ -147,8 +147,8 @@ SHARDED_SCRIPT = textwrap.dedent("""
 
 def test_sharded_jit_on_8_devices():
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  env = dict(os.environ, JAX_PLATFORMS='cpu',
-             XLA_FLAGS=os.environ.get('XLA_FLAGS', '') + ' --xla_force_host_platform_device_count=8',
+  flags = os.environ.get('XLA_FLAGS', '') + ' --xla_force_host_platform_device_count=8'
+  env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS=flags,
              PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get('PYTHONPATH')])))
   result = subprocess.run([sys.executable, '-c', SHARDED_SCRIPT], env=env, cwd=root,
                           capture_output=True, text=True, timeout=120)

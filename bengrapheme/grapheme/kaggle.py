@@ -60,12 +60,12 @@ class Split:
   """A validated split: images in their canonical order, and where each one is stored.
 
   Train order is train.csv order; test order is the order in which image ids first appear
-  in test.csv. `shards` lists (parquet path, image ids in file row order).
+  in test.csv. `shards` are the split's image files, open.
   """
   image_ids: list
   labels: np.ndarray  # int32 [N, 3] in COMPONENTS order, -1 where unknown
   graphemes: list  # grapheme strings, '' where unknown
-  shards: list
+  shards: list  # ImageParquet
 
 
 def source_files(data_dir, split):
@@ -99,7 +99,7 @@ def validate(data_dir, split):
     graphemes = [''] * len(image_ids)
     if len(paths) > 1 + NUM_SHARDS:
       labels, graphemes = _test_labels(paths[-1], csv_path, image_ids)
-  shards = [(path, read_image_ids(path)) for path in parquet_paths]
+  shards = [ImageParquet(path) for path in parquet_paths]
   _check_same_ids(csv_path, image_ids, shards)
   return Split(image_ids, labels, graphemes, shards)
 
@@ -127,70 +127,72 @@ def test_rows(data_dir):
   return rows
 
 
-def read_image_ids(path):
-  """Checks a wide image parquet's schema and returns its image ids in row order."""
-  parquet = _open_parquet(path)
-  schema = parquet.schema_arrow
-  if schema.names.count('image_id') != 1:
-    raise DataError(f'{path}: {schema.names.count("image_id")} columns "image_id"; expected '
-                    f"one, plus pixel columns '0'..'{NUM_PIXELS - 1}'")
-  image_id_type = schema.field('image_id').type
-  if not (pa.types.is_string(image_id_type) or pa.types.is_large_string(image_id_type)
-          or pa.types.is_string_view(image_id_type)):
-    raise DataError(f'{path}: column "image_id" is {image_id_type}; expected strings')
-  names = schema.names
-  index_columns = _index_columns(schema, [n for n in names if n not in _PIXEL_SET])
-  pixel_names = [n for n in names if n != 'image_id' and n not in index_columns]
-  _check_pixel_columns(path, schema, pixel_names)
-  image_ids = parquet.read(columns=['image_id']).column('image_id')
-  if image_ids.null_count:
-    row = image_ids.is_null().to_pylist().index(True)
-    raise DataError(f'{path}: row {row}: image_id is missing')
-  image_ids = image_ids.to_pylist()
-  _check_unique(path, image_ids, 'row', lambda i: i)
-  return image_ids
+class ImageParquet:
+  """One wide image parquet file: its schema and image ids are checked on opening.
 
-
-def read_image_rows(path, out, rows):
-  """Reads a wide image parquet's pixels into out[rows[k]] for its k-th row.
-
-  out: a [N, 32332] uint8 array (an np.memmap works, so a whole split never has to fit in
-  memory). The schema must have passed `read_image_ids`. Columns are decoded a block at a
-  time into a column-major buffer (contiguous copies) and transposed into the rows: writing
-  one column at a time into row-major memory would miss the cache on every byte.
+  Kept open from validation to conversion, since parsing the footer of 32,333 columns is
+  the main cost of opening.
   """
-  parquet = _open_parquet(path)
-  rows = np.asarray(rows)
-  start = 0
-  for group in range(parquet.num_row_groups):
-    num_rows = parquet.metadata.row_group(group).num_rows
-    dest = rows[start:start + num_rows]
-    start += num_rows
-    step = min(NUM_PIXELS, max(1024, BLOCK_BYTES // max(num_rows, 1)))
-    for begin in range(0, NUM_PIXELS, step):
-      names = PIXEL_COLUMNS[begin:begin + step]
-      # Decoding threads cost more than they save on a few rows.
-      table = parquet.read_row_group(group, columns=names, use_threads=num_rows >= 1024)
-      block = np.empty((len(names), num_rows), np.uint8)
-      for j, column in enumerate(table.columns):
-        if column.null_count:
-          row = start - num_rows + column.is_null().to_pylist().index(True)
-          raise DataError(f'{path}: row {row}: pixel column {names[j]!r} is missing; '
-                          'expected uint8 values')
-        block[j] = column.to_numpy()
-      out[dest, begin:begin + len(names)] = block.T
+
+  def __init__(self, path):
+    self.path = path
+    try:
+      self._file = pq.ParquetFile(path)
+    except (OSError, pa.ArrowException) as e:
+      raise DataError(f'{path}: cannot be read as parquet: {e}') from e
+    schema = self._file.schema_arrow
+    if schema.names.count('image_id') != 1:
+      raise DataError(f'{path}: {schema.names.count("image_id")} columns "image_id"; expected '
+                      f"one, plus pixel columns '0'..'{NUM_PIXELS - 1}'")
+    image_id_type = schema.field('image_id').type
+    if not (pa.types.is_string(image_id_type) or pa.types.is_large_string(image_id_type)
+            or pa.types.is_string_view(image_id_type)):
+      raise DataError(f'{path}: column "image_id" is {image_id_type}; expected strings')
+    image_ids = self._file.read(columns=['image_id']).column('image_id')
+    if image_ids.null_count:
+      row = image_ids.is_null().to_pylist().index(True)
+      raise DataError(f'{path}: row {row}: image_id is missing')
+    self.image_ids = image_ids.to_pylist()
+    _check_unique(path, self.image_ids, 'row', lambda i: i)
+    names = schema.names
+    index_columns = _index_columns(schema, [n for n in names if n not in _PIXEL_SET])
+    _check_pixel_columns(path, schema,
+                         [n for n in names if n != 'image_id' and n not in index_columns])
+
+  def read_rows(self, out, rows):
+    """Reads the pixels of the file's k-th image into out[rows[k]].
+
+    out: a [N, 32332] uint8 array (an np.memmap works, so a whole split never has to fit in
+    memory). Columns are decoded a block at a time into a column-major buffer (contiguous
+    copies) and transposed into the rows: writing one column at a time into row-major memory
+    would miss the cache on every byte.
+    """
+    rows = np.asarray(rows, np.intp)
+    start = 0
+    for group in range(self._file.num_row_groups):
+      num_rows = self._file.metadata.row_group(group).num_rows
+      if not num_rows:
+        continue
+      dest = rows[start:start + num_rows]
+      step = min(NUM_PIXELS, max(1024, BLOCK_BYTES // max(num_rows, 1)))
+      for begin in range(0, NUM_PIXELS, step):
+        names = PIXEL_COLUMNS[begin:begin + step]
+        # Decoding threads cost more than they save on a few rows.
+        table = self._file.read_row_group(group, columns=names, use_threads=num_rows >= 1024)
+        block = np.empty((len(names), num_rows), np.uint8)
+        for j, column in enumerate(table.columns):
+          if column.null_count:
+            row = start + column.is_null().to_pylist().index(True)
+            raise DataError(f'{self.path}: row {row}: pixel column {names[j]!r} is missing; '
+                            'expected uint8 values')
+          block[j] = column.to_numpy()
+        out[dest, begin:begin + len(names)] = block.T
+      start += num_rows
 
 
 def _check_split(split):
   if split not in SPLITS:
     raise ValueError(f'split must be one of {SPLITS}, got {split!r}')
-
-
-def _open_parquet(path):
-  try:
-    return pq.ParquetFile(path)
-  except (OSError, pa.ArrowException) as e:
-    raise DataError(f'{path}: cannot be read as parquet: {e}') from e
 
 
 def _index_columns(schema, candidates):
@@ -212,18 +214,18 @@ def _check_pixel_columns(path, schema, pixel_names):
   if unexpected:
     raise DataError(f'{path}: unexpected column {unexpected[0]!r} ({len(unexpected)} in all); '
                     f"expected image_id plus pixel columns '0'..'{NUM_PIXELS - 1}'")
-  if len(set(pixel_names)) != len(pixel_names):
+  for name, type_ in zip(schema.names, schema.types):
+    if name in _PIXEL_SET and type_ != pa.uint8():
+      raise DataError(f'{path}: pixel column {name!r} is {type_}; expected uint8')
+  present = set(pixel_names)
+  if len(present) != len(pixel_names):
     seen = set()
     duplicate = next(name for name in pixel_names if name in seen or seen.add(name))
     raise DataError(f'{path}: pixel column {duplicate!r} appears more than once')
   if len(pixel_names) != NUM_PIXELS:
-    present = set(pixel_names)
-    missing = [name for name in PIXEL_COLUMNS if name not in present]
+    missing = next(name for name in PIXEL_COLUMNS if name not in present)
     raise DataError(f'{path}: {len(pixel_names)} pixel columns, expected {NUM_PIXELS} '
-                    f"named '0'..'{NUM_PIXELS - 1}'; missing column {missing[0]!r}")
-  for name, type_ in zip(schema.names, schema.types):
-    if name in _PIXEL_SET and type_ != pa.uint8():
-      raise DataError(f'{path}: pixel column {name!r} is {type_}; expected uint8')
+                    f"named '0'..'{NUM_PIXELS - 1}'; missing column {missing!r}")
 
 
 def _read_csv(path, required):
@@ -316,21 +318,21 @@ def _check_unique(path, image_ids, unit, where):
 def _check_same_ids(csv_path, image_ids, shards):
   """The CSV and the parquet files must hold the same images, each exactly once."""
   stored = {}
-  for path, ids in shards:
-    for row, image_id in enumerate(ids):
+  for shard in shards:
+    for row, image_id in enumerate(shard.image_ids):
       if image_id in stored:
-        raise DataError(f'{path}: row {row}: duplicate image_id {image_id!r}, also in '
+        raise DataError(f'{shard.path}: row {row}: duplicate image_id {image_id!r}, also in '
                         f'{stored[image_id]}; expected each image once')
-      stored[image_id] = path
+      stored[image_id] = shard.path
   missing = [image_id for image_id in image_ids if image_id not in stored]
   if missing:
-    names = ', '.join(os.path.basename(path) for path, _ in shards)
+    names = ', '.join(os.path.basename(shard.path) for shard in shards)
     raise DataError(f'{csv_path}: image_id {missing[0]!r} is in none of {names} '
                     f'({len(missing)} such images); expected pixels for every listed image')
   if len(stored) != len(image_ids):
     known = set(image_ids)
-    for path, ids in shards:
-      for row, image_id in enumerate(ids):
+    for shard in shards:
+      for row, image_id in enumerate(shard.image_ids):
         if image_id not in known:
-          raise DataError(f'{path}: row {row}: image_id {image_id!r} is not in {csv_path}; '
-                          'expected only listed images')
+          raise DataError(f'{shard.path}: row {row}: image_id {image_id!r} is not in '
+                          f'{csv_path}; expected only listed images')

@@ -124,9 +124,9 @@ def _write(path, data):
                                      shape=(n, kaggle.HEIGHT, kaggle.WIDTH))
   rows = {image_id: i for i, image_id in enumerate(data.image_ids)}
   # One parquet file at a time, straight into the map: memory stays at one column block.
-  for shard, shard_ids in data.shards:
-    kaggle.read_image_rows(shard, images.reshape(n, kaggle.NUM_PIXELS),
-                           [rows[image_id] for image_id in shard_ids])
+  for shard in data.shards:
+    shard.read_rows(images.reshape(n, kaggle.NUM_PIXELS),
+                    [rows[image_id] for image_id in shard.image_ids])
   images.flush()
   del images
   _write_file(path / 'labels.npy', lambda f: np.save(f, data.labels.astype(np.int32)))

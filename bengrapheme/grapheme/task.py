@@ -56,6 +56,14 @@ def source(config, workdir, split):
   return train if split == 'train' else val
 
 
+def train_data(config, workdir, local_batch):
+  """Shuffled, endless batches of this process's share of the training images."""
+  return input_lib.train_dataset(
+      source(config, workdir, 'train'), batch_size=local_batch, seed=config.seed,
+      process_index=jax.process_index(), process_count=jax.process_count(),
+      num_threads=config.input.num_threads)
+
+
 # ---------------------------------------------------------------- model
 
 
@@ -206,7 +214,8 @@ def evaluate(config, split, graphdef, variables, mesh, workdir):
   whole = config.model.grapheme_head
   rules = ('heads', 'combined') if whole else ('heads',)
 
-  @functools.partial(jax.jit, donate_argnums=0)
+  # Replicated outputs: every process can read the totals, even on a multi-host mesh.
+  @functools.partial(jax.jit, donate_argnums=0, out_shardings=parallel.replicated(mesh))
   def step(confusions, batch):
     model = nnx.merge(graphdef, *variables)
     logits = model(preprocess(batch['image'], config), train=False)
