@@ -166,7 +166,9 @@ def _distances(x, sq, xq, sq_q, *, metric):
 
   def step(acc, dims):
     xs, qs = dims
-    return acc + jnp.sum(jnp.abs(xs[:, :, None] - qs[:, None, :]), axis=0), None
+    for k in range(L1_DIMS):  # unrolled adds fuse into one vectorised loop; a sum would not
+      acc = acc + jnp.abs(xs[k][:, None] - qs[k][None, :])
+    return acc, None
 
   acc, _ = lax.scan(step, jnp.zeros((x.shape[0], xq.shape[0]), x.dtype), (xt, xqt))
   return acc
@@ -183,8 +185,8 @@ def _candidate_block(x, sq, cand, q, lo, n_chunks, *, metric, window):
   """
   n = x.shape[0] - window  # x carries `window` rows of padding
   valid = (cand < n) & (cand != q[None, :])
-  dist = _distances(lax.dynamic_slice_in_dim(x, lo, window), lax.dynamic_slice_in_dim(sq, lo, window),
-                    x[q], sq[q], metric=metric)  # [window, B]
+  near = lambda a: lax.dynamic_slice_in_dim(a, lo, window)
+  dist = _distances(near(x), near(sq), x[q], sq[q], metric=metric)  # [window, B]
   dist = jnp.take_along_axis(dist, jnp.clip(cand - lo, 0, window - 1), axis=0)
   thr = jnp.where(valid, dist, jnp.inf)
   return thr, _count_at_or_below(thr, thr, n_chunks)
@@ -269,23 +271,24 @@ def _count_at_or_below(dt, thr, n_chunks, *, positions=False):
   if dt.shape[0] % GROUP:
     dt = jnp.pad(dt, ((0, -dt.shape[0] % GROUP), (0, 0)), constant_values=jnp.inf)
   groups = dt.reshape(-1, GROUP, dt.shape[1])
-  index = lax.broadcasted_iota(jnp.int32, (groups.shape[0], GROUP, 1, 1), 0) * GROUP + (
-      lax.broadcasted_iota(jnp.int32, (groups.shape[0], GROUP, 1, 1), 1))
   n_out = 2 if positions else 1
 
   def chunk(i, counts):
     t = lax.dynamic_slice_in_dim(thr, i * CHUNK, CHUNK, axis=0)[None]
     own = i * CHUNK + lax.broadcasted_iota(jnp.int32, (1, CHUNK, 1), 1)
 
-    def step(acc, rows_and_index):
-      rows, row_index = rows_and_index
+    def step(carry, rows):
+      acc, first = carry
       rows = rows[:, None, :]
       hits = [rows <= t]
       if positions:
-        hits.insert(0, (rows < t) | ((rows == t) & (row_index <= own)))
-      return [a + jnp.sum(h.astype(jnp.int32), axis=0) for a, h in zip(acc, hits)], None
+        index = first + lax.broadcasted_iota(jnp.int32, (GROUP, 1, 1), 0)
+        hits.insert(0, (rows < t) | ((rows == t) & (index <= own)))
+      acc = [a + jnp.sum(h.astype(jnp.int32), axis=0) for a, h in zip(acc, hits)]
+      return (acc, first + GROUP), None
 
-    acc, _ = lax.scan(step, [jnp.zeros(t.shape[1:], jnp.int32)] * n_out, (groups, index))
+    zeros = [jnp.zeros(t.shape[1:], jnp.int32)] * n_out
+    (acc, _), _ = lax.scan(step, (zeros, jnp.int32(0)), groups)
     return [lax.dynamic_update_slice_in_dim(c, a, i * CHUNK, axis=0) for c, a in zip(counts, acc)]
 
   counts = lax.fori_loop(0, n_chunks, chunk, [jnp.zeros(thr.shape, jnp.int32)] * n_out)

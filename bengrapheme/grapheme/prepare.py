@@ -9,10 +9,12 @@ means decoding a 1.6 GB file. `prepare` validates the split and writes it row-ma
     index.json   image ids and grapheme strings, in row order
     meta.json    layout version, key, source files (written last)
 
-Why a plain memory-mapped .npy: `python -m bench.prepare_formats` measured it against
-ArrayRecord and small-row-group parquet (see the README); an image is a fixed 32,332 bytes
-at offset i * 32,332, so a read is one memcpy from the page cache with no decoding, index or
-per-record framing, and the file is still a standard format numpy opens anywhere.
+Why a plain memory-mapped .npy: an image is a fixed 32,332 bytes at offset i * 32,332, so a
+read is one memcpy from the page cache with no decoding, index lookup or record framing, and
+numpy opens the file anywhere. `python -m bench.prepare_formats` (5,000 images, grain
+shuffle + batch(64)) read it at ~16-19k images/s, ahead of uncompressed ArrayRecord
+(~13k), zstd ArrayRecord (~7.6k) and parquet with 32-image row groups (~3k), and ~20x the
+pandas.read_parquet way Kaggle notebooks read the wide files.
 
 `key` hashes the layout version and the source files' names, sizes and mtimes, so a changed
 file gets a new directory. The directory is built under a temporary name and renamed into
@@ -158,7 +160,7 @@ def _alive(pid):
     os.kill(pid, 0)
   except ProcessLookupError:
     return False
-  except PermissionError:
+  except PermissionError:  # alive, but another user's
     return True
   return True
 

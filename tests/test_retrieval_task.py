@@ -1,0 +1,95 @@
+"""The fragment task: losses against numpy references, P x K batches, the CLIs end to end."""
+import json
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import run_module
+from retrieval import task
+
+CONFIG = 'configs/fragments.py:test'
+
+
+def normalised(rng, n, d):
+  x = rng.normal(size=(n, d)).astype(np.float32)
+  return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def batch_hard_reference(x, labels, margin):
+  d = np.sqrt(np.maximum(((x[:, None] - x[None]) ** 2).sum(-1), 0))
+  losses = []
+  for a in range(len(x)):
+    pos = [d[a, p] for p in range(len(x)) if p != a and labels[p] == labels[a]]
+    neg = [d[a, n] for n in range(len(x)) if labels[n] != labels[a]]
+    if pos and neg:
+      gap = max(pos) - min(neg)
+      losses.append(np.log1p(np.exp(gap)) if margin is None else max(gap + margin, 0.0))
+  return np.mean(losses)
+
+
+@pytest.mark.parametrize('margin', [None, 0.2, 1.0])
+def test_batch_hard_triplet_loss_matches_numpy(margin):
+  rng = np.random.default_rng(0)
+  x = normalised(rng, 24, 8)
+  labels = np.repeat(np.arange(6), 4)
+  labels[-1] = 99  # a singleton anchor: no positive, left out
+  got = task.batch_hard_triplet_loss(jnp.asarray(x), jnp.asarray(labels), margin)
+  np.testing.assert_allclose(float(got), batch_hard_reference(x, labels, margin), rtol=1e-4,
+                             atol=1e-5)
+
+
+def test_multi_similarity_loss_matches_numpy():
+  rng = np.random.default_rng(1)
+  x = normalised(rng, 16, 8)
+  labels = np.repeat(np.arange(4), 4)
+  s = x @ x.T
+  alpha, beta, lam, eps = 2.0, 50.0, 0.5, 0.1
+  losses = []
+  for a in range(16):
+    pos = [s[a, p] for p in range(16) if p != a and labels[p] == labels[a]]
+    neg = [s[a, n] for n in range(16) if labels[n] != labels[a]]
+    pos_kept = [v for v in pos if v - eps < max(neg)]
+    neg_kept = [v for v in neg if v + eps > min(pos)]
+    losses.append(np.log1p(sum(np.exp(-alpha * (v - lam)) for v in pos_kept)) / alpha +
+                  np.log1p(sum(np.exp(beta * (v - lam)) for v in neg_kept)) / beta)
+  got = task.multi_similarity_loss(jnp.asarray(x), jnp.asarray(labels))
+  np.testing.assert_allclose(float(got), np.mean(losses), rtol=1e-4)
+
+
+def test_pk_batches_draw_p_writers_with_k_fragments_each():
+  writer_ids = np.array([0] * 5 + [1] * 3 + [2] * 1 + [3] * 4 + [4] * 2)
+  sampler = task.PKBatches(writer_ids, writers_per_batch=3, per_writer=4, seed=7)
+  for b in range(20):
+    batch = sampler[b]
+    writers = writer_ids[batch].reshape(3, 4)
+    assert (writers == writers[:, :1]).all()  # K fragments of one writer per row
+    assert len(set(writers[:, 0])) == 3 and 2 not in writers  # no single-fragment writer
+    np.testing.assert_array_equal(batch, task.PKBatches(writer_ids, 3, 4, seed=7)[b])
+  with pytest.raises(ValueError, match='need 5 writers with 2\\+ fragments'):
+    task.PKBatches(writer_ids, writers_per_batch=5, per_writer=2, seed=0)
+
+
+def test_train_evaluate_and_score_exported_distances(fragment_data, tmp_path):
+  workdir = str(tmp_path / 'run')
+  args = [f'--config={CONFIG}', '--data', fragment_data, '--workdir', workdir]
+  run_module('launch.train', *args)
+  run_module('launch.evaluate', *args)
+  with open(os.path.join(workdir, 'eval', 'metrics.json')) as f:
+    report = json.load(f)['test']
+  for method in ('encoder', 'srs_lbp'):
+    for labeling in ('writer', 'page'):
+      for k in ('map', 'top1', 'pr10', 'pr100'):
+        assert 0.0 <= report[f'{method}/{labeling}/{k}'] <= 1.0
+  names = sorted(os.listdir(os.path.join(fragment_data, 'test')))
+  distances = np.load(os.path.join(workdir, 'eval', 'distances_test.npy'))
+  assert distances.shape == (len(names), len(names))
+  # Scoring the exported CSV from outside gives the evaluator's own encoder figures.
+  result = run_module('launch.score_distances', '--distances',
+                      os.path.join(workdir, 'eval', 'distances_test.csv'), '--data',
+                      os.path.join(fragment_data, 'test'))
+  scored = json.loads(result.stdout)
+  for labeling in ('writer', 'page'):
+    for k in ('map', 'top1', 'pr10', 'pr100'):
+      assert scored[labeling][k] == pytest.approx(report[f'encoder/{labeling}/{k}'], abs=1e-6)
