@@ -2,12 +2,18 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # Debian fonts the synthetic generators draw with (Bengali graphemes; historical writers).
-FONTS := fonts-beng fonts-beng-extra fonts-lohit-beng-bengali fonts-noto-core fonts-freefont-ttf
+FONTS := fonts-beng fonts-beng-extra fonts-lohit-beng-bengali fonts-noto-core fonts-freefont-ttf \
+  fonts-dkg-handwriting fonts-breip fonts-sjfonts fonts-rufscript fonts-kristi fonts-dancingscript \
+  fonts-kaushanscript fonts-ecolier-court fonts-tlwg-purisa-ttf fonts-comic-neue fonts-joscelyn \
+  fonts-isabella fonts-blankenburg fonts-gotico-antiqua fonts-junicode fonts-elstob fonts-cardo \
+  fonts-klaudia-berenika
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_DATA := data/bengali-synth
 DEMO_WORKDIR := workdirs/grapheme-demo
+FRAG_DATA := data/fragments-synth
+FRAG_WORKDIR := workdirs/fragments-demo
 
-.PHONY: setup fonts demo test
+.PHONY: setup fonts demo demo-fragments test
 setup: $(VENV)/.installed fonts
 
 $(VENV)/.installed: requirements.txt
@@ -27,6 +33,14 @@ demo: setup $(DEMO_DATA)/train.csv
 	$(PY) -m launch.train --config configs/grapheme.py:demo --data $(DEMO_DATA) --workdir $(DEMO_WORKDIR)
 	$(PY) -m launch.evaluate --config configs/grapheme.py:demo --data $(DEMO_DATA) --workdir $(DEMO_WORKDIR)
 	$(PY) -m launch.predict --config configs/grapheme.py:demo --data $(DEMO_DATA) --workdir $(DEMO_WORKDIR)
+
+$(FRAG_DATA)/test: | setup
+	$(PY) -m retrieval.synth --out $(FRAG_DATA) --writers-train 60 --writers-test 30 \
+	  --pages-per-writer 4 --seed 0 --workers 2
+
+demo-fragments: setup $(FRAG_DATA)/test
+	$(PY) -m launch.train --config configs/fragments.py:demo --data $(FRAG_DATA) --workdir $(FRAG_WORKDIR)
+	$(PY) -m launch.evaluate --config configs/fragments.py:demo --data $(FRAG_DATA) --workdir $(FRAG_WORKDIR)
 
 test: setup
 	$(PY) -m pytest -q

@@ -7,8 +7,8 @@ The HisFrag20 organisers' baseline, following their tools (bilde `lbpFeatures2 -
   (x + r cos(2 pi p / 8), y + r sin(2 pi p / 8)) (y grows downwards) by bilinear interpolation
   rounded to the nearest grey level; the bit is set when that sample is brighter than the
   centre by more than a threshold T (one-tail comparison). T is picked per image and radius by
-  Otsu's method on the histogram of |sample - centre| over all 8 neighbours; as in bilde, T = 0
-  when 99 % of that histogram lies below the Otsu threshold.
+  Otsu's method on the histogram of |sample - centre| over all 8 neighbours of the valid
+  pixels (below); as in bilde, T = 0 when 99 % of that histogram lies below the threshold.
 - A 256-bin histogram of the codes over the valid fragment area: a pixel counts only if it and
   every pixel its 8 samples read lie inside the fragment mask (outside the fragment the image
   is black), so no code sees the black surround.
@@ -45,47 +45,28 @@ def lbp_codes(gray, radius, threshold=0):
   Returns [H - 2R, W - 2R] with R = ceil(radius); code bit p is set when the bilinear sample
   of neighbour p, rounded, exceeds centre + threshold.
   """
-  img = np.asarray(gray, np.float32)
-  big = math.ceil(radius)
-  centre = img[big:img.shape[0] - big, big:img.shape[1] - big]
-  codes = np.zeros(centre.shape, np.uint8)
-  # round(v) > c + T  <=>  v >= c + T + 0.5 for grey levels (round half up, as std::round).
-  level = centre + (threshold + 0.5)
-  for p, sample in enumerate(_samples(img, radius)):
-    codes |= (sample >= level).astype(np.uint8) << p
-  return codes
+  grey = _grey(gray)
+  return _codes(_rounded_samples(grey, radius), _centre(grey, radius), threshold)
 
 
 def lbp_features(gray, mask=None, *, radii=RADII, threshold='otsu'):
   """SRS-LBP histograms of a grey uint8 image -> float32 [len(radii) * 256].
 
   `mask`: bool [H, W] fragment area; None derives it with `fragment_mask`. `threshold`:
-  'otsu' (per radius, as the baseline) or a fixed integer.
+  'otsu' (per image and radius, as the baseline) or a fixed integer.
   """
-  img = np.asarray(gray)
-  if img.ndim != 2:
-    raise ValueError(f'expected a 2-D grey image, got shape {img.shape}')
-  mask = fragment_mask(img) if mask is None else np.asarray(mask, bool)
-  if mask.shape != img.shape:
-    raise ValueError(f'mask shape {mask.shape} does not match image shape {img.shape}')
-  grey = img.astype(np.int16)
-  img = img.astype(np.float32)
+  grey = _grey(gray)
+  mask = fragment_mask(grey) if mask is None else np.asarray(mask, bool)
+  if mask.shape != grey.shape:
+    raise ValueError(f'mask shape {mask.shape} does not match image shape {grey.shape}')
   blocks = []
   for r in radii:
     hist = np.zeros(NUM_BINS, np.float64)
     valid = _valid_centres(mask, r)
     if valid.any():
-      samples = _rounded_samples(img, grey, r)
-      big = math.ceil(r)
-      centre = grey[big:grey.shape[0] - big, big:grey.shape[1] - big]
+      samples, centre = _rounded_samples(grey, r), _centre(grey, r)
       t = _otsu_threshold(samples, centre, valid) if threshold == 'otsu' else int(threshold)
-      level = centre + np.int16(t)
-      codes = np.zeros(centre.shape, np.uint8)
-      bit = np.empty(centre.shape, np.uint8)
-      for p, sample in enumerate(samples):
-        np.left_shift(np.greater(sample, level).view(np.uint8), p, out=bit)
-        codes |= bit
-      hist = np.bincount(codes[valid], minlength=NUM_BINS).astype(np.float64)
+      hist = np.bincount(_codes(samples, centre, t)[valid], minlength=NUM_BINS).astype(np.float64)
       hist[0] = 0.0
       if hist.sum() > 0:
         hist /= hist.sum()
@@ -134,37 +115,50 @@ def _offsets(radius):
   return out
 
 
-def _samples(img, radius):
-  """The 8 unrounded bilinear neighbour samples over the interior [H - 2R, W - 2R]."""
+def _grey(gray):
+  img = np.asarray(gray)
+  if img.ndim != 2 or img.dtype != np.uint8:
+    raise ValueError(f'expected a 2-D uint8 grey image, got {img.dtype} {img.shape}')
+  return img.astype(np.int16)
+
+
+def _centre(grey, radius):
   big = math.ceil(radius)
-  h, w = img.shape[0] - 2 * big, img.shape[1] - 2 * big
+  return grey[big:grey.shape[0] - big, big:grey.shape[1] - big]
+
+
+def _rounded_samples(grey, radius):
+  """The 8 neighbour samples over the interior [H - 2R, W - 2R] as int16 grey levels."""
+  big = math.ceil(radius)
+  h, w = grey.shape[0] - 2 * big, grey.shape[1] - 2 * big
+  img = None
   out = []
   for taps in _offsets(radius):
-    views = [img[big + dy:big + dy + h, big + dx:big + dx + w] for dy, dx, _ in taps]
+    views = [grey[big + dy:big + dy + h, big + dx:big + dx + w] for dy, dx, _ in taps]
     if len(taps) == 1:
       out.append(views[0])
       continue
+    if img is None:
+      img = grey.astype(np.float32)
+    views = [img[big + dy:big + dy + h, big + dx:big + dx + w] for dy, dx, _ in taps]
     acc = views[0] * np.float32(taps[0][2])
     tmp = np.empty_like(acc)
     for view, (_, _, weight) in zip(views[1:], taps[1:]):
       acc += np.multiply(view, np.float32(weight), out=tmp)
-    out.append(acc)
+    # Round half up, as std::round on these non-negative values: truncate v + 0.5.
+    out.append((acc + np.float32(0.5)).astype(np.int16))
   return out
 
 
-def _rounded_samples(img, grey, radius):
-  """The 8 samples rounded to int16 grey levels; single-tap ones read `grey` directly."""
-  big = math.ceil(radius)
-  h, w = img.shape[0] - 2 * big, img.shape[1] - 2 * big
-  out = []
-  for taps, sample in zip(_offsets(radius), _samples(img, radius)):
-    if len(taps) == 1:
-      dy, dx, _ = taps[0]
-      out.append(grey[big + dy:big + dy + h, big + dx:big + dx + w])
-    else:
-      # Round half up: samples are >= 0, so truncating v + 0.5 rounds.
-      out.append((sample + np.float32(0.5)).astype(np.int16))
-  return out
+def _codes(samples, centre, threshold):
+  """uint8 codes: bit p set where samples[p] > centre + threshold."""
+  level = centre + np.int16(threshold)
+  codes = np.zeros(centre.shape, np.uint8)
+  bit = np.empty(centre.shape, np.uint8)
+  for p, sample in enumerate(samples):
+    np.left_shift(np.greater(sample, level).view(np.uint8), p, out=bit)
+    codes |= bit
+  return codes
 
 
 def _valid_centres(mask, radius):
