@@ -131,15 +131,13 @@ def _rounded_samples(grey, radius):
   """The 8 neighbour samples over the interior [H - 2R, W - 2R] as int16 grey levels."""
   big = math.ceil(radius)
   h, w = grey.shape[0] - 2 * big, grey.shape[1] - 2 * big
-  img = None
+  img = grey.astype(np.float32)
   out = []
   for taps in _offsets(radius):
-    views = [grey[big + dy:big + dy + h, big + dx:big + dx + w] for dy, dx, _ in taps]
-    if len(taps) == 1:
-      out.append(views[0])
+    if len(taps) == 1:  # on the pixel grid: read it, no interpolation
+      dy, dx, _ = taps[0]
+      out.append(grey[big + dy:big + dy + h, big + dx:big + dx + w])
       continue
-    if img is None:
-      img = grey.astype(np.float32)
     views = [img[big + dy:big + dy + h, big + dx:big + dx + w] for dy, dx, _ in taps]
     acc = views[0] * np.float32(taps[0][2])
     tmp = np.empty_like(acc)

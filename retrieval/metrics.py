@@ -29,8 +29,15 @@ block i meets itself and the next half of the ring in one [half ring, block] dis
 whose rows count for block i's queries and whose transposed tiles count for the other blocks'
 queries. Candidate pairs are masked out of those products; their distances are computed
 directly (a few per query) and counted separately, so thresholds and counts always use the
-same numbers. Items are ordered by candidate-set size so that a block only loops over as many
-threshold chunks as it needs. Memory stays O(N x block).
+same numbers. Items are ordered by candidate-set size, then by label combination, so that a
+block only loops over as many threshold chunks as it needs and, for nested labelings (a page
+belongs to one writer), each block's candidates are a short run of positions: one small
+product gives their distances. Unnested labelings stay correct but may widen that product up
+to a full extra pass.
+
+Cost: the N^2 d / 2 product plus N x sum over queries of their candidate-set sizes
+compare-and-adds (single-threaded in XLA:CPU); memory O(N x (block + largest candidate set)).
+Built for many small classes; a labeling with classes of thousands of items is slow.
 """
 
 import functools
@@ -83,7 +90,8 @@ def retrieval_metrics(embeddings, labels, *, metric='euclidean', block_size=256)
   codes_p[:, :n] = codes[:, order]
   xp = np.zeros((n_pad, x.shape[1]), np.float32)
   xp[:n] = x[order]
-  sq = np.einsum('ij,ij->i', xp, xp)
+  bias = _bias(xp, metric)
+  bias[n:] = np.inf  # dummies: at +inf from everything
 
   # Pass 1: each block's thresholds, from a product with the positions holding its candidates.
   valid = cand_p < n_pad
@@ -92,21 +100,25 @@ def retrieval_metrics(embeddings, labels, *, metric='euclidean', block_size=256)
   lo = np.where(hi >= 0, lo, 0)
   window = -(-int(np.maximum(hi - lo + 1, 1).max()) // GROUP) * GROUP
   # Padded so that a window never runs off the end (dynamic_slice would shift it back).
-  xw, sqw = jnp.asarray(np.pad(xp, ((0, window), (0, 0)))), jnp.asarray(np.pad(sq, (0, window)))
+  xw = jnp.asarray(np.pad(xp, ((0, window), (0, 0))))
+  bw = jnp.asarray(np.pad(bias, (0, window), constant_values=np.inf))
   queries = np.arange(n_pad, dtype=np.int32).reshape(nb, b)
   thr, cand_le = map(jnp.stack, zip(*[
-      _candidate_block(xw, sqw, cand_p[i], queries[i], lo[i], n_chunks[i], metric=metric,
+      _candidate_block(xw, bw, cand_p[i], queries[i], lo[i], n_chunks[i], metric=metric,
                        window=window) for i in range(nb)]))
 
   # Pass 2: every pair once, around the ring unrolled so that rows i * b ..
   # i * b + (nb // 2 + 1) * b are contiguous for every block i.
   ring = np.arange(n_pad + (nb // 2) * b) % n_pad
-  x2, sq2 = jnp.asarray(xp[ring]), jnp.asarray(sq[ring])
-  codes2, dummy2 = jnp.asarray(codes_p[:, ring]), jnp.asarray(ring >= n)
+  x2, b2, codes2 = jnp.asarray(xp[ring]), jnp.asarray(bias[ring]), jnp.asarray(codes_p[:, ring])
+  # Candidate pairs can only sit in the first `head` tiles of a ring row: pair (i, k) is in
+  # row i at offset k - i, or in row k at offset i - k (mod nb), whichever is at most nb // 2.
+  offset = (cand_p // b - np.arange(nb)[:, None, None]) % nb
+  head = int(np.minimum(offset, nb - offset)[valid].max(initial=0)) + 1
   counts = jnp.zeros(thr.shape, jnp.int32)
   jn_chunks = jnp.asarray(n_chunks)
   for i in range(nb):
-    counts = _ring_row(x2, sq2, codes2, dummy2, i, thr, jn_chunks, counts, metric=metric)
+    counts = _ring_row(x2, b2, codes2, i, thr, jn_chunks, counts, metric=metric, head=head)
 
   # Pass 3: ranks and per-query stats.
   codes_p = jnp.asarray(codes_p)
@@ -143,12 +155,11 @@ def metrics_from_distances(distances, labels, *, block_size=256, symmetry_tol=1e
 def distance_matrix(embeddings, *, metric='euclidean', block_size=256):
   """The [N, N] float32 matrix of the distances `retrieval_metrics` ranks by (for export)."""
   x = _prepare(embeddings, metric)
-  xj = jnp.asarray(x)
-  sq = jnp.asarray(np.einsum('ij,ij->i', x, x))
+  xj, bias = jnp.asarray(x), jnp.asarray(_bias(x, metric))
   out = np.empty((x.shape[0], x.shape[0]), np.float32)
   for s in range(0, x.shape[0], block_size):
     e = s + block_size
-    out[s:e] = np.asarray(_distances(xj, sq, xj[s:e], sq[s:e], metric=metric)).T
+    out[s:e] = np.asarray(_distances(xj, bias, xj[s:e], bias[s:e], metric=metric)).T
   return out
 
 
@@ -156,12 +167,14 @@ def distance_matrix(embeddings, *, metric='euclidean', block_size=256):
 
 
 @functools.partial(jax.jit, static_argnames='metric')
-def _distances(x, sq, xq, sq_q, *, metric):
-  """[rows of x, rows of xq] distances."""
-  if metric == 'euclidean':
-    return sq[:, None] + sq_q[None, :] - 2.0 * (x @ xq.T)
-  if metric == 'cosine':
-    return 1.0 - x @ xq.T
+def _distances(x, bias, xq, bias_q, *, metric):
+  """[rows of x, rows of xq] distances: bias_x + bias_q + (-2 x.q | -x.q | |x - q|_1).
+
+  See `_bias`: |x|^2 for euclidean, 1/2 for cosine, 0 for cityblock; +inf drops an item.
+  """
+  pair = bias[:, None] + bias_q[None, :]
+  if metric != 'cityblock':
+    return pair - (2.0 if metric == 'euclidean' else 1.0) * (x @ xq.T)
   xt = x.T.reshape(-1, L1_DIMS, x.shape[0])
   xqt = xq.T.reshape(-1, L1_DIMS, xq.shape[0])
 
@@ -172,11 +185,11 @@ def _distances(x, sq, xq, sq_q, *, metric):
     return acc, None
 
   acc, _ = lax.scan(step, jnp.zeros((x.shape[0], xq.shape[0]), x.dtype), (xt, xqt))
-  return acc
+  return acc + pair
 
 
 @functools.partial(jax.jit, static_argnames=('metric', 'window'))
-def _candidate_block(x, sq, cand, q, lo, n_chunks, *, metric, window):
+def _candidate_block(x, bias, cand, q, lo, n_chunks, *, metric, window):
   """Thresholds [M, B]: distances from queries q to their candidates cand [M, B] (+inf where
   padding or the query itself), and for each, how many candidates lie at or below it.
 
@@ -187,27 +200,27 @@ def _candidate_block(x, sq, cand, q, lo, n_chunks, *, metric, window):
   n = x.shape[0] - window  # x carries `window` rows of padding
   valid = (cand < n) & (cand != q[None, :])
   near = lambda a: lax.dynamic_slice_in_dim(a, lo, window)
-  dist = _distances(near(x), near(sq), x[q], sq[q], metric=metric)  # [window, B]
+  dist = _distances(near(x), near(bias), x[q], bias[q], metric=metric)  # [window, B]
   dist = jnp.take_along_axis(dist, jnp.clip(cand - lo, 0, window - 1), axis=0)
   thr = jnp.where(valid, dist, jnp.inf)
   return thr, _count_at_or_below(thr, thr, n_chunks)
 
 
-@functools.partial(jax.jit, static_argnames='metric', donate_argnames='counts')
-def _ring_row(x2, sq2, codes2, dummy2, i, thr, n_chunks, counts, *, metric):
+@functools.partial(jax.jit, static_argnames=('metric', 'head'), donate_argnames='counts')
+def _ring_row(x2, bias2, codes2, i, thr, n_chunks, counts, *, metric, head):
   """Adds the non-candidate counts of ring row i to counts [nb, M, b].
 
   Rows of the product are items i*b .. i*b + (nb // 2 + 1) * b of the unrolled ring; its
-  columns are block i's queries.
+  columns are block i's queries. Candidate pairs, all within the first `head` tiles, are
+  set to +inf there: they are counted from their own distances (`_candidate_block`).
   """
   nb, _, b = thr.shape
   width = (nb // 2 + 1) * b
   take = lambda a, axis: lax.dynamic_slice_in_dim(a, i * b, width, axis=axis)
-  xs, sqs, codes, dummy = take(x2, 0), take(sq2, 0), take(codes2, 1), take(dummy2, 0)
-  dist = _distances(xs, sqs, xs[:b], sqs[:b], metric=metric)  # [width, b]
-  masked = jnp.any(codes[:, :, None] == codes[:, None, :b], axis=0)
-  masked = masked | dummy[:, None] | dummy[None, :b]
-  dist = jnp.where(masked, jnp.inf, dist)
+  xs, bs, codes = take(x2, 0), take(bias2, 0), take(codes2, 1)[:, :head * b]
+  dist = _distances(xs, bs, xs[:b], bs[:b], metric=metric)  # [width, b]
+  same = jnp.any(codes[:, :, None] == codes[:, None, :b], axis=0)
+  dist = dist.at[:head * b].set(jnp.where(same, jnp.inf, dist[:head * b]))
   counts = counts.at[i].add(_count_at_or_below(dist, thr[i], n_chunks[i]))
 
   def tile(j, counts):
@@ -314,6 +327,13 @@ def _prepare(embeddings, metric):
   if metric == 'cityblock':
     return np.pad(x, ((0, 0), (0, -x.shape[1] % L1_DIMS)))
   return x
+
+
+def _bias(x, metric):
+  """Per-item term of `_distances`: |x|^2 (euclidean), 1/2 (cosine: 1/2 + 1/2 - x.q), 0 (L1)."""
+  if metric == 'euclidean':
+    return np.einsum('ij,ij->i', x, x)
+  return np.full(x.shape[0], 0.5 if metric == 'cosine' else 0.0, np.float32)
 
 
 def _encode_labels(labels, n):

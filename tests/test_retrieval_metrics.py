@@ -94,6 +94,21 @@ def test_writer_and_page_in_one_pass():
   assert got['writer']['num_queries'] == N - 5
 
 
+def test_nested_labels_many_blocks():
+  # HisFrag-like: pages nested in writers, many blocks on the ring, so candidate sets become
+  # runs of positions and only the first tiles of each ring row hold candidate pairs.
+  rng = np.random.default_rng(7)
+  n = 331
+  page = rng.integers(0, 60, n)
+  writer = page // 3
+  x = rng.integers(-2, 3, (n, 6)).astype(np.float32)
+  x[rng.choice(n, 40, replace=False)] = x[rng.choice(n, 40)]
+  d = exact_distances(x, 'euclidean')
+  got = metrics.retrieval_metrics(x, {'writer': writer, 'page': page}, block_size=16)
+  assert_same(got['writer'], reference(d, writer))
+  assert_same(got['page'], reference(d, page))
+
+
 def test_all_tied_scores_worst_case():
   # Every item at the same place: the query loses all ties, relevant items rank last.
   x = np.ones((N, 4), np.float32)
