@@ -8,16 +8,21 @@ The HisFrag20 organisers' baseline, following their tools (bilde `lbpFeatures2 -
   rounded to the nearest grey level; the bit is set when that sample is brighter than the
   centre by more than a threshold T (one-tail comparison). T is picked per image and radius by
   Otsu's method on the histogram of |sample - centre| over all 8 neighbours of the valid
-  pixels (below); as in bilde, T = 0 when 99 % of that histogram lies below the threshold.
+  pixels (below; every second row and column, for speed); as in bilde, T = 0 when 99 % of
+  that histogram lies below the threshold.
 - A 256-bin histogram of the codes over the valid fragment area: a pixel counts only if it and
   every pixel its 8 samples read lie inside the fragment mask (outside the fragment the image
-  is black), so no code sees the black surround.
+  is black), so no code sees the black surround. The default mask is `fragment_mask`: grey
+  above 8, holes filled.
 - Bin 0 is zeroed, then the histogram is L1-normalised (bilde and wi19 suppress the bin before
   dividing, so each radius block sums to 1 with bin 0 at 0). A radius whose valid area is
   empty gives an all-zero block. The 12 blocks are concatenated: 3,072 values.
 - Retrieval: PCA to 200 dims fitted on the training set (centred, not whitened) -> Hellinger
   (signed square root) -> L2 normalisation, compared with the L1 (cityblock) distance:
   `retrieval.metrics.retrieval_metrics(embed(pca, f), labels, metric='cityblock')`.
+
+numpy only: ~25 ms of one core per 300 x 300 fragment (12 radii), so 5k fragments take about
+a minute on 2 cores with one worker process per core.
 """
 
 import math
@@ -183,7 +188,9 @@ def _otsu_threshold(samples, centre, valid):
   for d, s in zip(deltas, samples):
     np.subtract(s[half], centre[half], out=d)
   np.abs(deltas, out=deltas)
-  hist = np.bincount(deltas[:, valid[half]].ravel(), minlength=NUM_BINS).astype(np.float64)
+  # Invalid pixels go to bins >= 256 and are dropped: cheaper than selecting the valid ones.
+  deltas += np.int16(NUM_BINS) * ~valid[half]
+  hist = np.bincount(deltas.ravel(), minlength=2 * NUM_BINS)[:NUM_BINS].astype(np.float64)
   levels = np.arange(NUM_BINS, dtype=np.float64)
   total, mass = hist.sum(), (levels * hist).sum()
   w_back = np.cumsum(hist)

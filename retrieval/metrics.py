@@ -430,10 +430,11 @@ def _check_distances(d, tol, block_size):
 
 
 def write_distance_csv(path, distances, names):
-  """Writes an N x N distance matrix in the organisers' evaluator layout.
+  """Writes an N x N distance matrix as CSV with a header of file names.
 
-  Exactly: N lines, no header; line i is `names[i]` followed by the N distances of row i,
-  comma separated, each printed with enough digits to read back bit-exact ('%.9g' for
+  Exactly: a header line of an empty corner cell and the N names, then N lines; line i is
+  `names[i]` followed by the N distances of row i, comma separated (pandas reads it with
+  `index_col=0`; the organisers' evaluator layout is the same without the header line), each printed with enough digits to read back bit-exact ('%.9g' for
   float32 input, '%.17g' otherwise); '\\n' line ends. The file appears atomically: it is
   written to a temporary file in the same folder, then renamed over `path`.
   """
@@ -451,6 +452,7 @@ def write_distance_csv(path, distances, names):
   fd, tmp = tempfile.mkstemp(prefix='.' + os.path.basename(path) + '.', dir=folder)
   try:
     with os.fdopen(fd, 'w', newline='') as f:
+      f.write(',' + ','.join(names) + '\n')
       for name, row in zip(names, d):
         f.write(name + ',' + line % tuple(row.tolist()))
       f.flush()

@@ -180,7 +180,8 @@ def test_csv_round_trip(tmp_path):
   np.testing.assert_array_equal(back.astype(np.float32), d)
   assert back_names == names
   lines = path.read_text().splitlines()
-  assert len(lines) == 6 and lines[2].split(',')[0] == names[2]
+  assert lines[0] == ',' + ','.join(names)  # a header of file names
+  assert len(lines) == 7 and lines[3].split(',')[0] == names[2]
   assert os.listdir(tmp_path) == ['dm.csv']  # no temporary left behind
 
 

@@ -27,10 +27,11 @@ def trained(grapheme_data, tmp_path_factory):
 
 
 def test_eight_devices_match_one(grapheme_data, trained, tmp_path):
+  """A 4 (data) x 2 (fsdp: parameters split) mesh reproduces the 1-device losses."""
   workdir = str(tmp_path / 'eight_devices')
   run_module('launch.train', f'--config={CONFIG}', '--data', grapheme_data,
              '--workdir', workdir, '--config.train.steps=4', '--config.train.log_every=1',
-             devices=8)
+             '--config.mesh.fsdp=2', devices=8)
   one, eight = losses(trained), losses(workdir)
   assert sorted(one) == sorted(eight) == [1, 2, 3, 4]
   np.testing.assert_allclose([eight[s] for s in range(1, 5)], [one[s] for s in range(1, 5)],
