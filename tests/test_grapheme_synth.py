@@ -205,3 +205,18 @@ def test_bad_grapheme_table_names_the_line_and_field(tmp_path):
                   encoding='utf-8')
   with pytest.raises(ValueError, match=r'line 2: vowel_diacritic must be an integer in 0\.\.10'):
     classes._read_graphemes(str(path))
+
+
+def test_never_leaves_a_partial_dataset(tmp_path, monkeypatch):
+  (tmp_path / 'full').mkdir()
+  (tmp_path / 'full' / 'train.csv').write_text('x')
+  with pytest.raises(FileExistsError, match='not empty'):
+    synth.write_dataset(str(tmp_path / 'full'), 2, 2, workers=1)
+
+  def crash(*args):
+    raise RuntimeError('disk full')
+
+  monkeypatch.setattr(kaggle, 'write_image_parquet', crash)
+  with pytest.raises(RuntimeError, match='disk full'):
+    synth.write_dataset(str(tmp_path / 'out'), 2, 2, workers=1)
+  assert os.listdir(tmp_path) == ['full']  # neither `out` nor its temporary folder

@@ -22,6 +22,7 @@ import functools
 import multiprocessing
 import os
 import re
+import shutil
 
 import numpy as np
 import scipy.ndimage
@@ -301,20 +302,30 @@ def write_dataset(out_dir, num_train, num_test, seed=0, workers=None, unseen_fra
   if workers is not None and workers < 1:
     raise ValueError(f'workers must be at least 1, got {workers}')
   workers = workers or len(os.sched_getaffinity(0))
-  os.makedirs(out_dir, exist_ok=True)
-  train = _plan('train', num_train, seed, unseen_fraction)
-  test = _plan('test', num_test, seed, unseen_fraction)
-  _write_tables(out_dir, train, test)
-  with tqdm.tqdm(total=num_train + num_test, unit='img', desc='synth') as progress:
-    if workers == 1:
-      _write_images(out_dir, 'train', train, seed, map, progress)
-      _write_images(out_dir, 'test', test, seed, map, progress)
-    else:
-      # Not fork: the caller may run threads (JAX, pyarrow) whose locks a fork would copy held.
-      with multiprocessing.get_context('forkserver').Pool(workers) as pool:
-        imap = functools.partial(pool.imap, chunksize=16)
-        _write_images(out_dir, 'train', train, seed, imap, progress)
-        _write_images(out_dir, 'test', test, seed, imap, progress)
+  if os.path.isdir(out_dir) and os.listdir(out_dir):
+    raise FileExistsError(f'{out_dir} is not empty; choose a new --out (nothing was written)')
+  # Everything goes to a temporary folder renamed into place at the end: an interrupted run
+  # never leaves a dataset that looks complete.
+  final_dir, out_dir = out_dir, f'{out_dir.rstrip(os.sep)}.tmp-{os.getpid()}'
+  os.makedirs(out_dir)
+  try:
+    train = _plan('train', num_train, seed, unseen_fraction)
+    test = _plan('test', num_test, seed, unseen_fraction)
+    _write_tables(out_dir, train, test)
+    with tqdm.tqdm(total=num_train + num_test, unit='img', desc='synth') as progress:
+      if workers == 1:
+        _write_images(out_dir, 'train', train, seed, map, progress)
+        _write_images(out_dir, 'test', test, seed, map, progress)
+      else:
+        # Not fork: the caller may run threads (JAX, pyarrow) whose locks a fork would copy.
+        with multiprocessing.get_context('forkserver').Pool(workers) as pool:
+          imap = functools.partial(pool.imap, chunksize=16)
+          _write_images(out_dir, 'train', train, seed, imap, progress)
+          _write_images(out_dir, 'test', test, seed, imap, progress)
+  except BaseException:
+    shutil.rmtree(out_dir, ignore_errors=True)
+    raise
+  os.replace(out_dir, final_dir)
 
 
 def main():
