@@ -17,6 +17,7 @@ Every page depends only on (seed, writer, page), so the output does not depend o
 import argparse
 import functools
 import os
+import shutil
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
@@ -370,6 +371,11 @@ def write_dataset(out_dir, writers_train, writers_test, pages_per_writer, seed=0
                      f'one page per writer, got {writers_train}, {writers_test}, '
                      f'{pages_per_writer}')
   check_fonts()
+  if os.path.isdir(out_dir) and os.listdir(out_dir):
+    raise ValueError(f'{out_dir}: already holds files; expected a new or empty folder')
+  # Written under a temporary name and renamed at the end: an interrupted run never leaves
+  # a dataset that looks complete.
+  final_dir, out_dir = out_dir, f'{out_dir.rstrip(os.sep)}.tmp-{os.getpid()}'
   for split in ('train', 'test'):
     fragments.make_empty_dir(os.path.join(out_dir, split))
   params = params or fragments.FragmentParams()
@@ -383,7 +389,12 @@ def write_dataset(out_dir, writers_train, writers_test, pages_per_writer, seed=0
       splits.append(split)
   if pages_dir is not None:
     fragments.make_empty_dir(pages_dir)
-  counts = fragments.run_jobs(_page_job, jobs, workers, 'pages')
+  try:
+    counts = fragments.run_jobs(_page_job, jobs, workers, 'pages')
+  except BaseException:
+    shutil.rmtree(out_dir, ignore_errors=True)
+    raise
+  os.replace(out_dir, final_dir)
   return {split: sum(c for c, s in zip(counts, splits) if s == split)
           for split in ('train', 'test')}
 
