@@ -327,6 +327,11 @@ def evaluate(config, split, graphdef, variables, mesh, workdir):
   """Writer and page retrieval metrics of the encoder (and SRS-LBP when configured)."""
   embeddings, src = embed(config, split, graphdef, variables, mesh, workdir)
   report = {'encoder': retrieval_metrics.retrieval_metrics(embeddings, _labelings(src))}
+  if config.eval.pca_whitening and split != 'train':  # fitted on the training embeddings
+    train_embeddings, _ = embed(config, 'train', graphdef, variables, mesh, workdir)
+    whitening = retrieval_metrics.fit_pca_whitening(train_embeddings, config.eval.pca_whitening)
+    report['encoder_whitened'] = retrieval_metrics.retrieval_metrics(
+        retrieval_metrics.apply_pca_whitening(whitening, embeddings), _labelings(src))
   if config.eval.srs_lbp and split == 'test':
     report['srs_lbp'] = srs_lbp_report(config, workdir)
   if config.eval.export_distances and jax.process_index() == 0:

@@ -71,6 +71,18 @@ def test_pk_batches_draw_p_writers_with_k_fragments_each():
     task.PKBatches(writer_ids, writers_per_batch=5, per_writer=2, seed=0)
 
 
+def test_netvlad_encoder_embeds_to_unit_vectors():
+  from flax import nnx
+  from configs import fragments
+  config = fragments.get_config('test')
+  config.model.pooling = 'netvlad'
+  model = task.make_model(config, nnx.Rngs(0))
+  images = jnp.asarray(np.random.default_rng(0).integers(0, 255, (3, 64, 64, 1), np.uint8))
+  embeddings = model(task.preprocess(images, config), train=False)
+  assert embeddings.shape == (3, config.model.embedding_dim)
+  np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1.0, rtol=1e-5)
+
+
 def test_train_evaluate_and_score_exported_distances(fragment_data, tmp_path):
   workdir = str(tmp_path / 'run')
   args = [f'--config={CONFIG}', '--data', fragment_data, '--workdir', workdir]
@@ -78,7 +90,7 @@ def test_train_evaluate_and_score_exported_distances(fragment_data, tmp_path):
   run_module('launch.evaluate', *args)
   with open(os.path.join(workdir, 'eval', 'metrics.json')) as f:
     report = json.load(f)['test']
-  for method in ('encoder', 'srs_lbp'):
+  for method in ('encoder', 'encoder_whitened', 'srs_lbp'):
     for labeling in ('writer', 'page'):
       for k in ('map', 'top1', 'pr10', 'pr100'):
         assert 0.0 <= report[f'{method}/{labeling}/{k}'] <= 1.0
