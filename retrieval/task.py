@@ -13,7 +13,6 @@ import grain
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 from jax.experimental import multihost_utils
 
@@ -68,7 +67,6 @@ def _build_cache(folder, size, color, out_dir):
   with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
     list(pool.map(fill, range(len(src))))
   images.flush()
-  del images
   np.save(os.path.join(tmp, 'valid_pixels.npy'), valid)
   with open(os.path.join(tmp, 'index.json'), 'w') as f:
     json.dump({'names': [os.path.basename(x.path) for x in src.fragments],

@@ -6,7 +6,6 @@ keeps detail in low-resolution inputs such as 64x112 graphemes; the `imagenet` s
 stride-2 conv + max-pool) is the paper's. Parameters stay float32; `dtype` sets the compute
 dtype (bfloat16 on accelerators).
 """
-import jax
 import jax.numpy as jnp
 from flax import nnx
 
