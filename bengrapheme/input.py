@@ -52,16 +52,18 @@ def eval_batches(source, *, batch_size, process_index, process_count, num_thread
   All processes yield the same number of batches, so sharded eval steps never wait on a
   process that has run out of data.
   """
+  if len(source) == 0:
+    raise ValueError('evaluation split is empty')
   shard = grain.MapDataset.source(source)[process_index::process_count]
   num_batches = math.ceil(math.ceil(len(source) / process_count) / batch_size)
   batches = iter(shard.batch(batch_size).to_iter_dataset(
       grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=2 * batch_size)))
-  template = None
+  # Padding copies the shapes of the first example, which every process can read.
+  template = {k: np.asarray(v)[None][:0] for k, v in source[0].items()}
   for _ in range(num_batches):
     batch = next(batches, None)
     if batch is None:  # this process has fewer examples than the others: send padding
-      batch = {k: v[:0] for k, v in template.items()}
-    template = batch
+      batch = template
     n = len(next(iter(batch.values())))
     pad = batch_size - n
     padded = {k: np.concatenate([v, np.zeros((pad,) + v.shape[1:], v.dtype)])

@@ -62,3 +62,16 @@ def test_processes_read_disjoint_slices():
 
   a, b = indices(0), indices(1)
   assert not set(a) & set(b) and len(set(a) | set(b)) == 40
+
+
+def test_eval_batches_cover_each_example_once_with_equal_batch_counts():
+  source = ArraySource(5)
+  per_process = [list(input_lib.eval_batches(source, batch_size=1, process_index=p,
+                                             process_count=4, num_threads=1))
+                 for p in range(4)]
+  # Process 0 holds 2 examples, the others 1: they send an all-padding second batch, so no
+  # process waits on a collective the others never join.
+  assert {len(batches) for batches in per_process} == {2}
+  assert not per_process[3][1]['mask'].any()
+  seen = np.concatenate([b['index'][b['mask']] for batches in per_process for b in batches])
+  np.testing.assert_array_equal(np.sort(seen), np.arange(5))
