@@ -8,6 +8,7 @@ import functools
 import hashlib
 import json
 import os
+import shutil
 
 import grain
 import jax
@@ -64,13 +65,17 @@ def _build_cache(folder, size, color, out_dir):
     record = src[i]
     images[i], valid[i] = record['image'], record['valid_pixels']
 
-  with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
-    list(pool.map(fill, range(len(src))))
-  images.flush()
-  np.save(os.path.join(tmp, 'valid_pixels.npy'), valid)
-  with open(os.path.join(tmp, 'index.json'), 'w') as f:
-    json.dump({'names': [os.path.basename(x.path) for x in src.fragments],
-               'writer': src.writer_ids.tolist(), 'page': src.page_ids.tolist()}, f)
+  try:  # a bad fragment (reader.DataError names it) leaves no half-built cache behind
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
+      list(pool.map(fill, range(len(src))))
+    images.flush()
+    np.save(os.path.join(tmp, 'valid_pixels.npy'), valid)
+    with open(os.path.join(tmp, 'index.json'), 'w') as f:
+      json.dump({'names': [os.path.basename(x.path) for x in src.fragments],
+                 'writer': src.writer_ids.tolist(), 'page': src.page_ids.tolist()}, f)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
   os.replace(tmp, out_dir)  # complete or absent, never half-written
 
 

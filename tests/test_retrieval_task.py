@@ -105,3 +105,18 @@ def test_train_evaluate_and_score_exported_distances(fragment_data, tmp_path):
   for labeling in ('writer', 'page'):
     for k in ('map', 'top1', 'pr10', 'pr100'):
       assert scored[labeling][k] == pytest.approx(report[f'encoder/{labeling}/{k}'], abs=1e-6)
+
+
+def test_a_corrupt_fragment_is_named_and_leaves_no_cache(fragment_data, tmp_path):
+  import shutil
+  from configs import fragments
+  from retrieval import reader
+  data = tmp_path / 'data'
+  shutil.copytree(fragment_data, data)
+  bad = sorted((data / 'train').iterdir())[3]
+  bad.write_bytes(b'not a jpeg')
+  config = fragments.get_config('test')
+  config.data.dir = str(data)
+  with pytest.raises(reader.DataError, match=bad.name):
+    task.source(config, str(tmp_path / 'work'), 'train')
+  assert os.listdir(tmp_path / 'work' / 'prepared') == []
