@@ -18,7 +18,6 @@ from bengrapheme.grapheme import classes, kaggle, prepare
 
 # Triple of each whole-grapheme class, to turn a whole-grapheme prediction into components.
 GRAPHEME_TRIPLES = np.array([g[:3] for g in classes.GRAPHEMES], np.int32)
-COMPONENT_WEIGHTS = (2.0, 1.0, 1.0)  # as in the competition score
 
 
 # ---------------------------------------------------------------- data
@@ -156,7 +155,9 @@ def loss(model, batch, key, config):
   logits = model(images, train=True)
   ce = [optax.softmax_cross_entropy(logits[name], t).mean()
         for name, t in zip(kaggle.COMPONENTS, targets)]
-  total = sum(w * c for w, c in zip(COMPONENT_WEIGHTS, ce)) / sum(COMPONENT_WEIGHTS)
+  # The loss weights the components as the competition score does (root 2 : 1 : 1).
+  weights = metrics.COMPONENT_WEIGHTS
+  total = sum(w * c for w, c in zip(weights, ce)) / sum(weights)
   aux = {f'ce_{name}': c for name, c in zip(kaggle.COMPONENTS, ce)}
   if whole:
     aux['ce_grapheme'] = optax.softmax_cross_entropy(logits['grapheme'], targets[3]).mean()

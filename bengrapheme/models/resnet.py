@@ -31,6 +31,21 @@ def _norm(channels, dtype, rngs, zero_init=False):
                        rngs=rngs)
 
 
+class Shortcut(nnx.Module):
+  """The residual path: identity, or a 1x1 projection when the shape changes."""
+
+  def __init__(self, cin, cout, stride, *, dtype, rngs):
+    self.conv = self.norm = None
+    if stride != 1 or cin != cout:
+      self.conv = nnx.data(_conv(cin, cout, 1, stride, dtype, rngs))
+      self.norm = nnx.data(_norm(cout, dtype, rngs))
+
+  def __call__(self, x, train):
+    if self.conv is None:
+      return x
+    return self.norm(self.conv(x), use_running_average=not train)
+
+
 class BasicBlock(nnx.Module):
   expansion = 1
 
@@ -40,17 +55,12 @@ class BasicBlock(nnx.Module):
     self.norm1 = _norm(channels, dtype, rngs)
     self.conv2 = _conv(channels, cout, 3, 1, dtype, rngs)
     self.norm2 = _norm(cout, dtype, rngs, zero_init=True)
-    self.proj_conv = self.proj_norm = None  # a 1x1 projection when the shape changes
-    if stride != 1 or cin != cout:
-      self.proj_conv = nnx.data(_conv(cin, cout, 1, stride, dtype, rngs))
-      self.proj_norm = nnx.data(_norm(cout, dtype, rngs))
+    self.shortcut = Shortcut(cin, cout, stride, dtype=dtype, rngs=rngs)
 
   def __call__(self, x, train):
     y = nnx.relu(self.norm1(self.conv1(x), use_running_average=not train))
     y = self.norm2(self.conv2(y), use_running_average=not train)
-    if self.proj_conv is not None:
-      x = self.proj_norm(self.proj_conv(x), use_running_average=not train)
-    return nnx.relu(x + y)
+    return nnx.relu(self.shortcut(x, train) + y)
 
 
 class Bottleneck(nnx.Module):
@@ -64,18 +74,13 @@ class Bottleneck(nnx.Module):
     self.norm2 = _norm(channels, dtype, rngs)
     self.conv3 = _conv(channels, cout, 1, 1, dtype, rngs)
     self.norm3 = _norm(cout, dtype, rngs, zero_init=True)
-    self.proj_conv = self.proj_norm = None  # a 1x1 projection when the shape changes
-    if stride != 1 or cin != cout:
-      self.proj_conv = nnx.data(_conv(cin, cout, 1, stride, dtype, rngs))
-      self.proj_norm = nnx.data(_norm(cout, dtype, rngs))
+    self.shortcut = Shortcut(cin, cout, stride, dtype=dtype, rngs=rngs)
 
   def __call__(self, x, train):
     y = nnx.relu(self.norm1(self.conv1(x), use_running_average=not train))
     y = nnx.relu(self.norm2(self.conv2(y), use_running_average=not train))
     y = self.norm3(self.conv3(y), use_running_average=not train)
-    if self.proj_conv is not None:
-      x = self.proj_norm(self.proj_conv(x), use_running_average=not train)
-    return nnx.relu(x + y)
+    return nnx.relu(self.shortcut(x, train) + y)
 
 
 class Model(nnx.Module):
