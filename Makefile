@@ -1,8 +1,10 @@
 # Two entry points for a fresh machine: `make demo` and `make test` (each sets itself up).
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# Debian fonts the synthetic generators draw with (Bengali graphemes; historical writers).
-FONTS := fonts-beng fonts-beng-extra fonts-lohit-beng-bengali fonts-noto-core fonts-freefont-ttf \
+# Debian packages: the fonts the synthetic generators draw with (Bengali graphemes; historical
+# writers), and the headless browser the tests render eval/report.html in.
+DEBIAN_PACKAGES := chromium \
+  fonts-beng fonts-beng-extra fonts-lohit-beng-bengali fonts-noto-core fonts-freefont-ttf \
   fonts-dkg-handwriting fonts-breip fonts-sjfonts fonts-rufscript fonts-kristi fonts-dancingscript \
   fonts-kaushanscript fonts-ecolier-court fonts-tlwg-purisa-ttf fonts-comic-neue fonts-joscelyn \
   fonts-isabella fonts-blankenburg fonts-gotico-antiqua fonts-junicode fonts-elstob fonts-cardo \
@@ -13,8 +15,8 @@ DEMO_WORKDIR := workdirs/grapheme-demo
 FRAG_DATA := data/fragments-synth
 FRAG_WORKDIR := workdirs/fragments-demo
 
-.PHONY: setup fonts demo demo-fragments test
-setup: $(VENV)/.installed fonts
+.PHONY: setup system-packages demo demo-fragments test
+setup: $(VENV)/.installed system-packages
 
 $(VENV)/.installed: requirements.txt
 	python3 -m venv $(VENV)
@@ -22,9 +24,9 @@ $(VENV)/.installed: requirements.txt
 	$(PY) -m pip install -q -r requirements.txt
 	touch $@
 
-fonts:
-	@dpkg -s $(FONTS) >/dev/null 2>&1 || { $(SUDO) apt-get update -q && \
-	  $(SUDO) apt-get install -y -q --no-install-recommends $(FONTS) fontconfig; }
+system-packages:
+	@dpkg -s $(DEBIAN_PACKAGES) >/dev/null 2>&1 || { $(SUDO) apt-get update -q && \
+	  $(SUDO) apt-get install -y -q --no-install-recommends $(DEBIAN_PACKAGES) fontconfig; }
 
 $(DEMO_DATA)/train.csv: | setup
 	$(PY) -m bengrapheme.grapheme.synth --out $(DEMO_DATA) --train 16000 --test 2000 --seed 0

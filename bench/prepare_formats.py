@@ -32,44 +32,16 @@ import time
 
 import grain
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from array_record.python import array_record_data_source
 from array_record.python import array_record_module
 
+from bench.common import pandas_reference, write_data_dir
 from bengrapheme.grapheme import kaggle
 from bengrapheme.grapheme import prepare
 
 PARQUET_ROW_GROUP = 32
-
-
-def synthetic_images(n, seed):
-  """Image-like pixels: near-white paper noise with a few dark strokes."""
-  rng = np.random.default_rng(seed)
-  images = (250 + rng.integers(0, 6, (n, kaggle.HEIGHT, kaggle.WIDTH))).astype(np.uint8)
-  rows = np.arange(n)[:, None]
-  for _ in range(6):
-    y = rng.integers(8, kaggle.HEIGHT - 8, (n, 1)) + rng.integers(-4, 5, (1, 60))
-    x = rng.integers(8, kaggle.WIDTH - 28, (n, 1)) + np.arange(60)[None] // 3
-    images[rows, np.clip(y, 0, kaggle.HEIGHT - 1), np.clip(x, 0, kaggle.WIDTH - 1)] = (
-        rng.integers(0, 60, (n, 60)))
-  return images
-
-
-def write_data_dir(path, n, seed):
-  """A train split in the Kaggle layout: all n images in shard 0, as real shards are large."""
-  rng = np.random.default_rng(seed)
-  ids = [f'Train_{i}' for i in range(n)]
-  kaggle.write_image_parquet(path / kaggle.image_parquet_name('train', 0), ids,
-                             synthetic_images(n, seed))
-  for shard in range(1, kaggle.NUM_SHARDS):
-    kaggle.write_image_parquet(path / kaggle.image_parquet_name('train', shard), [],
-                               np.zeros((0, kaggle.HEIGHT, kaggle.WIDTH), np.uint8))
-  labels = np.stack([rng.integers(0, c, n) for c in kaggle.NUM_CLASSES], 1)
-  lines = [','.join(kaggle.LABEL_COLUMNS)]
-  lines += [f'{image_id},{r},{v},{c},x' for image_id, (r, v, c) in zip(ids, labels)]
-  (path / 'train.csv').write_text('\n'.join(lines) + '\n')
 
 
 def read_split(data_dir):
@@ -163,19 +135,6 @@ def grain_pass(source, batch):
   count = sum(len(b['index']) for b in dataset)
   assert count == len(source)
   return count / (time.perf_counter() - start)
-
-
-def pandas_reference(parquet_path, batch):
-  """Images per second the Kaggle-notebook way: whole-file load, then batches from memory."""
-  start = time.perf_counter()
-  frame = pd.read_parquet(parquet_path)
-  images = frame.drop(columns='image_id').to_numpy().reshape(-1, kaggle.HEIGHT, kaggle.WIDTH)
-  loaded = time.perf_counter()
-  order = np.random.default_rng(0).permutation(len(images))
-  for begin in range(0, len(images), batch):
-    np.ascontiguousarray(images[order[begin:begin + batch]])
-  end = time.perf_counter()
-  return len(images) / (end - start), len(images) / (end - loaded)
 
 
 def main():

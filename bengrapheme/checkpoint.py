@@ -2,12 +2,24 @@
 
 Saving the iterator beside the parameters is what makes resumption exact: the restored run
 reads the very batches the uninterrupted run would have read next.
+
+Orbax writes each step into a temporary folder and renames it when complete, and deletes old
+steps only after that, so a crash mid-save leaves the previous good checkpoint in place. A
+checkpoint damaged later (a truncated or missing file, garbage) is named, moved aside to
+`STEP.damaged` and skipped; restoring falls back to the newest good one.
 """
+import json
 import os
+import signal
 
 import grain
 import jax
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
+
+
+class ModelMismatchError(ValueError):
+  """The checkpoint was written by a different model or train state layout."""
 
 
 def manager(workdir, *, keep=3, every=None):
@@ -15,8 +27,22 @@ def manager(workdir, *, keep=3, every=None):
   options = ocp.CheckpointManagerOptions(
       max_to_keep=keep, save_interval_steps=every or 1, create=True,
       enable_async_checkpointing=True)
-  return ocp.CheckpointManager(os.path.join(os.path.abspath(workdir), 'checkpoints'),
-                               options=options, item_names=('state', 'data'))
+  # Handlers registered up front, so that a fresh process can read a step's metadata
+  # (to check it against the model) before restoring anything.
+  registry = ocp.handlers.DefaultCheckpointHandlerRegistry()
+  state_handler = ocp.StandardCheckpointHandler()
+  data_handler = grain.checkpoint.CheckpointHandler()
+  for args in (ocp.args.StandardSave, ocp.args.StandardRestore):
+    registry.add('state', args, state_handler)
+  for args in (grain.checkpoint.CheckpointSave, grain.checkpoint.CheckpointRestore):
+    registry.add('data', args, data_handler)
+  return ocp.CheckpointManager(directory(workdir), options=options, handler_registry=registry)
+
+
+def directory(workdir):
+  if '://' in workdir:  # a bucket: Orbax writes it natively
+    return f'{workdir.rstrip("/")}/checkpoints'
+  return os.path.join(os.path.abspath(workdir), 'checkpoints')
 
 
 def save(mngr, step, state, data_iterator=None, force=False):
@@ -27,22 +53,137 @@ def save(mngr, step, state, data_iterator=None, force=False):
   return mngr.save(step, args=ocp.args.Composite(**items), force=force)
 
 
-def restore(mngr, abstract_state, data_iterator=None, step=None):
-  """Restores `step` (default: newest) into `abstract_state`'s shapes and shardings.
+def restore(mngr, abstract_state, data_iterator=None):
+  """Restores the newest good step into `abstract_state`'s shapes and shardings.
 
-  The iterator, when given, is set to its saved position in place. Returns (step, state),
-  or (None, None) when there is no checkpoint.
+  The iterator, when given, is set to its saved position in place. Damaged steps are
+  reported, moved aside and skipped. Returns (step, state), or (None, None) when there is no
+  checkpoint. Raises ModelMismatchError when the checkpoint holds another model, and
+  RuntimeError when every checkpoint is damaged (starting over would silently lose them).
   """
-  step = mngr.latest_step() if step is None else step
-  if step is None:
-    return None, None
-  items = {'state': ocp.args.StandardRestore(abstract_state)}
-  if data_iterator is not None:
-    items['data'] = grain.checkpoint.CheckpointRestore(data_iterator)
-  restored = mngr.restore(step, args=ocp.args.Composite(**items))
-  return step, restored['state']
+  steps = sorted(mngr.all_steps(), reverse=True)
+  damaged = []
+  for step in steps:
+    path = mngr.directory / str(step)
+    try:
+      saved = mngr.item_metadata(step)['state'].tree
+    except Exception as e:  # pylint: disable=broad-except
+      damaged.append(_set_aside(mngr, path, e))
+      continue
+    _check_same_layout(path, saved, abstract_state)
+    try:
+      restored = mngr.restore(
+          step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)))
+      positions = None if data_iterator is None else _input_positions(path)
+    except Exception as e:  # pylint: disable=broad-except
+      damaged.append(_set_aside(mngr, path, e))
+      continue
+    if data_iterator is not None:
+      data_iterator.set_state(_one_position(path, positions))
+    return step, restored['state']
+  if damaged:
+    raise RuntimeError(f'every checkpoint in {mngr.directory} is damaged (moved aside: '
+                       f'{", ".join(damaged)}); delete them to start over')
+  return None, None
+
+
+def _input_positions(path):
+  """{file: iterator state} of every process that saved `path`.
+
+  Read here rather than by grain's restore, which opens only the file of this process out of
+  this many: a checkpoint could then not move to another process count.
+  """
+  files = sorted((path / 'data').glob('process_*.json'))
+  if not files:
+    raise FileNotFoundError(f'{path / "data"}: no process_*.json input position')
+  return {f.name: json.loads(f.read_text()) for f in files}
+
+
+def _one_position(path, positions):
+  """The input position, which bengrapheme/input.py keeps alike in every process (it counts
+  global batches), so that any process count can resume from it."""
+  distinct = {json.dumps(p, sort_keys=True) for p in positions.values()}
+  if len(distinct) != 1:
+    raise ValueError(f'{path}/data: the processes saved {len(distinct)} different input '
+                     f'positions ({", ".join(positions)}); expected one, shared by all')
+  return next(iter(positions.values()))
+
+
+def _set_aside(mngr, path, error):
+  """Renames a damaged step folder so Orbax never lists it again; returns the new name."""
+  target = path.parent / f'{path.name}.damaged'
+  print(f'Checkpoint {path} is damaged ({type(error).__name__}: {str(error)[:300]}); '
+        f'skipping it and moving it to {target}.', flush=True)
+  multihost_utils.sync_global_devices(f'checkpoint damaged {path}')
+  if jax.process_index() == 0:
+    suffix = 0
+    while target.exists():
+      suffix += 1
+      target = path.parent / f'{path.name}.damaged{suffix}'
+    path.rename(target)
+  multihost_utils.sync_global_devices(f'checkpoint set aside {path}')
+  mngr.reload()
+  return str(target)
+
+
+def _check_same_layout(path, saved_tree, abstract_state):
+  """Raises ModelMismatchError naming the first differences between checkpoint and state."""
+  saved = _shapes(saved_tree)
+  wanted = _shapes(abstract_state)
+  problems = [f'{k}: only in the checkpoint' for k in sorted(saved.keys() - wanted.keys())]
+  problems += [f'{k}: not in the checkpoint' for k in sorted(wanted.keys() - saved.keys())]
+  problems += [f'{k}: shape {saved[k]} in the checkpoint, {wanted[k]} in this config'
+               for k in sorted(saved.keys() & wanted.keys()) if saved[k] != wanted[k]]
+  if problems:
+    shown = '; '.join(problems[:6]) + (f'; and {len(problems) - 6} more'
+                                       if len(problems) > 6 else '')
+    raise ModelMismatchError(
+        f'{path} holds a different model or train state than this config builds ({shown}). '
+        'Use a new --workdir, or the config the checkpoint was trained with (see config.json '
+        'in the workdir).')
+
+
+def _shapes(tree):
+  """{'a/b/c': shape} with path parts spelled the same for dicts, attributes and tuples."""
+  def name(key):
+    for attr in ('key', 'name', 'idx'):
+      if hasattr(key, attr):
+        return str(getattr(key, attr))
+    return str(key)
+
+  leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+  return {'/'.join(name(k) for k in path): tuple(leaf.shape) for path, leaf in leaves}
 
 
 def abstract(tree):
   """Shapes, dtypes and shardings of `tree`, for restoring without materialising it twice."""
   return jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
+
+
+class Preemption:
+  """Turns a preemption notice (SIGTERM) into "save this step and stop".
+
+  TPU VMs, GCE spot VMs, Kubernetes and SLURM all send SIGTERM before killing a job. In a
+  multi-process job JAX's preemption service catches it and agrees with every process on the
+  step to save at, so they all save the same step; a single process catches it here.
+  """
+
+  def __init__(self):
+    self.signalled = False
+    self.previous = None
+    if jax.process_count() == 1:
+      self.previous = signal.signal(signal.SIGTERM, self._handler)
+
+  def _handler(self, signum, frame):
+    del signum, frame
+    self.signalled = True
+
+  def reached(self, mngr, step):
+    """Whether to save `step` now and stop (call it at every step, on every process)."""
+    if jax.process_count() > 1:
+      return mngr.reached_preemption(step)
+    return self.signalled
+
+  def close(self):
+    if self.previous is not None:
+      signal.signal(signal.SIGTERM, self.previous)

@@ -40,8 +40,9 @@ def train_dataset(source, *, batch_size, seed, process_index, process_count,
     raise ValueError(f'training set of {len(source)} examples is smaller than one global '
                      f'batch ({batch_size * process_count})')
   ds = grain.MapDataset.source(source).shuffle(seed=seed).repeat()
-  ds = ds[process_index::process_count]
-  ds = ds.batch(batch_size, drop_remainder=True)
+  # Batch first, then deal the batches out: global batch b is the same run of examples, in
+  # the same order, whatever the process count (augmentation draws by position in it).
+  ds = ds.batch(batch_size, drop_remainder=True)[process_index::process_count]
   return ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads,
                                               prefetch_buffer_size=2 * batch_size))
 

@@ -16,20 +16,22 @@ BATCH_AXES = ('data', 'fsdp')
 def initialize_distributed():
   """Joins a multi-process job when the environment describes one.
 
-  TPU pods and SLURM are detected by jax itself; the local launcher (launch/local.py) and
-  hand-made clusters set JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID.
+  JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID name the job explicitly (the
+  local launcher, launch/local.py, and hand-made clusters); a SLURM step of several tasks is
+  detected by jax; BENGRAPHEME_DISTRIBUTED=auto asks jax to detect any other cluster it
+  knows (launch/tpu_pod.sh sets it: a TPU VM pod). Must run before anything touches a device.
   """
+  # A dead peer must end the job, not hang it: the others fail within ~this bound.
+  timeout = int(os.environ.get('JAX_HEARTBEAT_TIMEOUT', 30))
   if os.environ.get('JAX_COORDINATOR_ADDRESS'):
-    if jax.default_backend() == 'cpu' or os.environ.get('JAX_PLATFORMS') == 'cpu':
-      jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+    # CPU collectives default to gloo in the pinned jax: the local launcher needs no more.
     jax.distributed.initialize(
         coordinator_address=os.environ['JAX_COORDINATOR_ADDRESS'],
         num_processes=int(os.environ['JAX_NUM_PROCESSES']),
-        process_id=int(os.environ['JAX_PROCESS_ID']),
-        # A dead peer must end the job, not hang it: heartbeats fail within ~this bound.
-        heartbeat_timeout_seconds=int(os.environ.get('JAX_HEARTBEAT_TIMEOUT', 30)))
-  elif 'SLURM_JOB_ID' in os.environ and int(os.environ.get('SLURM_NTASKS', '1')) > 1:
-    jax.distributed.initialize()  # reads the SLURM environment
+        process_id=int(os.environ['JAX_PROCESS_ID']), heartbeat_timeout_seconds=timeout)
+  elif (os.environ.get('BENGRAPHEME_DISTRIBUTED') == 'auto' or
+        ('SLURM_STEP_NODELIST' in os.environ and int(os.environ.get('SLURM_NTASKS', '1')) > 1)):
+    jax.distributed.initialize(heartbeat_timeout_seconds=timeout)
 
 
 def make_mesh(mesh_config):

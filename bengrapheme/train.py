@@ -4,7 +4,9 @@ A task is a module named by `config.task` that provides
   train_data(config, workdir, local_batch)  -> grain IterDataset of this process's batches
   make_model(config, rngs)                  -> nnx.Module
   loss(model, batch, key, config)           -> (scalar loss, dict of scalars)
-  evaluate(config, split, graphdef, variables, mesh, workdir) -> dict of scalars
+  evaluate(config, split, graphdef, variables, mesh, workdir, details=None)
+                                            -> dict of scalars (fills `details` when given)
+and its package a module `report` drawing `details` into eval/report.html (bengrapheme/report.py).
 The train state is a plain pytree (step, params, model_state, opt_state, ema), so jit
 shards it and Orbax checkpoints it with no framework in between.
 """
@@ -19,7 +21,7 @@ import optax
 import tqdm
 from flax import nnx
 
-from bengrapheme import checkpoint, logs, parallel
+from bengrapheme import checkpoint, files, logs, parallel, report
 
 
 def load_task(config):
@@ -143,9 +145,10 @@ def check_finite(state, config):
 
 def train(config, workdir):
   """Trains `config` in `workdir`, resuming from its newest checkpoint; returns the state."""
+  # From here on SIGTERM means "save the current step and stop", exit status 0.
+  preemption = checkpoint.Preemption()
   task = load_task(config)
   mesh = parallel.make_mesh(config.mesh)
-  save_config(config, workdir)
 
   # Input: each process reads its own slice of every shuffled epoch.
   local_batch = parallel.per_process_batch(config.train.batch_size, mesh)
@@ -163,16 +166,26 @@ def train(config, workdir):
   if restored is not None:
     state = restored
     print(f'Resumed from {workdir} at step {restored_step}.', flush=True)
+  save_config(config, workdir)  # only now: a refused checkpoint keeps its own config.json
   start = int(jax.device_get(state['step']))
 
-  logger = logs.MetricLogger(workdir)
+  logger = logs.MetricLogger(workdir, resume_step=start)
   progress = tqdm.tqdm(total=config.train.steps, initial=start, unit='step',
                        disable=jax.process_index() != 0, dynamic_ncols=True)
   tick, tick_step = time.perf_counter(), start
+  first_traced, last_traced = config.train.profile_steps
+  tracing = False
   for step in range(start + 1, config.train.steps + 1):
+    if step == first_traced:
+      jax.profiler.start_trace(os.path.join(workdir, 'profile'))
+      tracing = True
     batch = parallel.global_batch(mesh, next(data))
     state, scalars = train_step(state, batch)
     progress.update()
+    if tracing and step == last_traced:
+      jax.block_until_ready(state)
+      jax.profiler.stop_trace()  # open WORKDIR/profile in TensorBoard's profile tab or Perfetto
+      tracing = False
 
     if step % config.train.log_every == 0 or step == config.train.steps:
       check_finite(state, config)
@@ -185,17 +198,22 @@ def train(config, workdir):
       progress.set_postfix(loss=f"{scalars['loss']:.3f}",
                            img_s=f"{scalars['images_per_s']:.0f}")
 
-    if step % config.train.checkpoint_every == 0 or step == config.train.steps:
+    preempted = preemption.reached(ckpt, step)
+    if step % config.train.checkpoint_every == 0 or step == config.train.steps or preempted:
       check_finite(state, config)  # never save a state that went NaN
-      checkpoint.save(ckpt, step, state, data, force=step == config.train.steps)
+      checkpoint.save(ckpt, step, state, data, force=step == config.train.steps or preempted)
+    if preempted:
+      progress.write(f'Preempted: saved step {step}; rerun the same command to resume.')
+      break
 
     if config.eval.every and (step % config.eval.every == 0 or step == config.train.steps):
       for split in config.eval.splits:
-        report = task.evaluate(config, split, graphdef, eval_variables(state), mesh, workdir)
-        logger.write(step, {f'{split}/{k}': v for k, v in report.items()})
-        progress.write(f'step {step} {split}: score {report["score"]:.4f}')
+        scores = task.evaluate(config, split, graphdef, eval_variables(state), mesh, workdir)
+        logger.write(step, {f'{split}/{k}': v for k, v in scores.items()})
+        progress.write(f'step {step} {split}: score {scores["score"]:.4f}')
 
   progress.close()
+  preemption.close()
   ckpt.wait_until_finished()
   ckpt.close()
   logger.close()
@@ -208,11 +226,7 @@ def train(config, workdir):
 def save_config(config, workdir):
   """Records the config beside the checkpoints, for evaluate / predict and for people."""
   if jax.process_index() == 0:
-    os.makedirs(workdir, exist_ok=True)
-    tmp = os.path.join(workdir, 'config.json.tmp')
-    with open(tmp, 'w') as f:
-      f.write(config.to_json_best_effort(indent=2))
-    os.replace(tmp, os.path.join(workdir, 'config.json'))
+    files.write_atomic(files.join(workdir, 'config.json'), config.to_json_best_effort(indent=2))
 
 
 def load_trained(config, workdir):
@@ -231,19 +245,21 @@ def load_trained(config, workdir):
 
 def write_json(path, payload):
   if jax.process_index() == 0:
-    tmp = path + '.tmp'
-    with open(tmp, 'w') as f:
-      json.dump(payload, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    files.write_atomic(path, json.dumps(payload, indent=2, sort_keys=True))
   return path
 
 
 def evaluate(config, workdir):
-  """Scores every split in config.eval.splits; writes workdir/eval/metrics.json."""
+  """Scores every split in config.eval.splits; writes workdir/eval/metrics.json and the
+  page people look at, workdir/eval/report.html."""
   task, mesh, graphdef, variables, step = load_trained(config, workdir)
-  report = {'step': step}
+  scores, details = {'step': step}, {}
   for split in config.eval.splits:
-    report[split] = task.evaluate(config, split, graphdef, variables, mesh, workdir)
+    details[split] = {}
+    scores[split] = task.evaluate(config, split, graphdef, variables, mesh, workdir,
+                                  details[split])
   os.makedirs(os.path.join(workdir, 'eval'), exist_ok=True)
-  write_json(os.path.join(workdir, 'eval', 'metrics.json'), report)
-  return report
+  write_json(os.path.join(workdir, 'eval', 'metrics.json'), scores)
+  if jax.process_index() == 0:
+    report.write(config, workdir, scores, details)
+  return scores

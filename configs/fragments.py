@@ -24,7 +24,8 @@ def get_config(arg='demo'):
   c = ml_collections.ConfigDict()
   c.task = 'retrieval.task'
   c.seed = 0
-  c.data = dict(dir='', cache_dir='')
+  # format='tfds' reads a TFDS build in tfds_dir instead of DATA (retrieval/tfds_hisfrag20.py).
+  c.data = dict(dir='', cache_dir='', format='folder', tfds_dir='')
   # Fragments are fitted (aspect kept, black padding) into load_size squares once; training
   # sees random crop_size crops, evaluation the whole fitted fragment. 512 keeps the demo's
   # fragments near their own scale (writer mAP 0.249 vs 0.212 when fitted into 256).
@@ -46,7 +47,9 @@ def get_config(arg='demo'):
       steps=600, batch_size=64, writers_per_batch=16, lr=1e-3, warmup_steps=50,
       final_lr_fraction=0.01, weight_decay=0.05, grad_clip=1.0, ema_decay=0.0,
       grad_accum_steps=1, skip_nonfinite=False, log_every=25, checkpoint_every=100,
-      keep_checkpoints=3)
+      keep_checkpoints=3,
+      # (first, last): write a jax.profiler trace of these steps to WORKDIR/profile.
+      profile_steps=(0, 0))
   # pca_whitening: dims of a PCA-whitening fitted on the train embeddings (0 = off); the
   # evaluator then also reports 'encoder_whitened'. Off by default: fitted on the demo's 60
   # train writers it halved writer mAP (0.194 vs 0.435 at 2,000 steps with 64 dims).

@@ -1,6 +1,15 @@
-"""Flags shared by the train / evaluate / predict CLIs."""
+"""Flags shared by the train / evaluate / predict CLIs.
+
+Bad flags stop the run at parsing, before any work, with one line naming the flag and what
+was expected: a mistyped config key lists the valid keys at its level, and a workdir that
+cannot be written says so.
+"""
+import difflib
+import os
+import sys
+
 from absl import flags
-from ml_collections import config_flags
+from ml_collections import config_dict, config_flags
 
 CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config file and variant, e.g. configs/grapheme.py:demo; any field can '
@@ -8,6 +17,66 @@ CONFIG = config_flags.DEFINE_config_file(
 WORKDIR = flags.DEFINE_string('workdir', None, 'Checkpoints, logs and outputs go here.')
 DATA = flags.DEFINE_string('data', None, 'Dataset folder (sets config.data.dir).')
 flags.mark_flags_as_required(['config', 'workdir'])
+
+
+def unknown_key_message(config, override):
+  """Why `override` (e.g. 'train.stepz') names no field of `config`, or None if it does."""
+  node, path = config, 'config'
+  for key in override.split('.'):
+    key = key.split('[', 1)[0]  # 'size[0]' indexes the field 'size'
+    if not isinstance(node, config_dict.ConfigDict):
+      return f'{path} holds a {type(node).__name__} value, not fields; no field {key!r}'
+    if key not in node:
+      valid = sorted(node.keys())
+      close = difflib.get_close_matches(key, valid, n=1)
+      hint = f' (did you mean {close[0]!r}?)' if close else ''
+      return f'{path} has no field {key!r}{hint}; valid fields: {", ".join(valid)}'
+    node, path = node[key], f'{path}.{key}'
+  return None
+
+
+def _report_unknown_keys(config_flag):
+  """Wraps the config flag's parsing so a mistyped override key is a flags error.
+
+  ml_collections raises a bare AttributeError / KeyError (a traceback that names neither the
+  flag nor the valid keys); absl prints a flags error as one line and exits.
+  """
+  parse = config_flag._parse
+
+  def checked(argument):
+    try:
+      return parse(argument)
+    except (AttributeError, KeyError):
+      config = config_flag.parser.parse(argument)
+      for arg in sys.argv[1:]:
+        name = arg.split('=', 1)[0].lstrip('-')
+        if name.startswith(f'{config_flag.name}.'):
+          message = unknown_key_message(config, name.split('.', 1)[1])
+          if message:
+            raise flags.IllegalFlagValueError(f'--{name}: {message}') from None
+      raise
+
+  config_flag._parse = checked
+
+
+def _workdir_is_writable(path):
+  """Outputs go to the workdir: refuse one that cannot be written before any work starts."""
+  if path is None or '://' in path:
+    return True  # mark_flags_as_required reports a missing one; buckets are checked on use
+  existing = os.path.abspath(path)
+  while not os.path.exists(existing):  # the folders to be created go in the nearest existing one
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing):
+    raise flags.ValidationError(f'{existing} is a file; expected a folder to write '
+                                'checkpoints and outputs into')
+  if not os.access(existing, os.W_OK | os.X_OK):
+    raise flags.ValidationError(f'{existing} is not writable by this user; expected a '
+                                'folder to write checkpoints and outputs into')
+  return True
+
+
+_report_unknown_keys(flags.FLAGS[CONFIG.name])
+flags.register_validator('workdir', _workdir_is_writable)
 
 
 def config():

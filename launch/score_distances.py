@@ -3,7 +3,8 @@
   python -m launch.score_distances --distances D.csv --data DATA/test [--out metrics.json]
 
 Rows and columns must name the folder's WID_PID_FID.jpg files (in any order, all of them).
-Prints writer and page retrieval mAP / Top-1 / Pr@10 / Pr@100.
+Prints writer and page retrieval mAP / Top-1 / Pr@10 / Pr@100. A bad matrix is an error
+naming the file and the row, column or name at fault; --out is then not written.
 """
 import json
 import os
@@ -21,23 +22,37 @@ def score(distances_csv, folder):
   from retrieval import metrics, reader
   distances, names = metrics.read_distance_csv(distances_csv)
   fragments = {os.path.basename(f.path): f for f in reader.list_fragments(folder)}
-  missing = [n for n in names if n not in fragments]
-  if missing or len(names) != len(fragments):
-    raise ValueError(f'{distances_csv}: its {len(names)} names do not match the '
-                     f'{len(fragments)} fragments of {folder} (e.g. unknown: {missing[:3]})')
+  unknown = [n for n in names if n not in fragments]
+  if unknown:
+    raise ValueError(f'{distances_csv}: {unknown[0]!r} is not a fragment of {folder} '
+                     f'(names not in the folder: {len(unknown)}); expected the names of its '
+                     f'{len(fragments)} WID_PID_FID.jpg files')
+  absent = sorted(set(fragments) - set(names))
+  if absent:
+    raise ValueError(f'{distances_csv}: no row for {absent[0]!r} of {folder} (fragments '
+                     f'without a row: {len(absent)}); expected all {len(fragments)} fragments')
   writers = np.array([fragments[n].writer for n in names])
   pages = np.array([hash((fragments[n].writer, fragments[n].page)) for n in names])
-  return metrics.metrics_from_distances(distances, {'writer': writers, 'page': pages})
+  try:
+    return metrics.metrics_from_distances(distances, {'writer': writers, 'page': pages},
+                                          item_names=names)
+  except ValueError as e:
+    raise ValueError(f'{distances_csv}: {e}') from e
+
+
+def run(distances_csv, folder, out=None):
+  """Scores the matrix; writes `out` (whole, or not at all) when given; returns the report."""
+  report = score(distances_csv, folder)
+  if out:
+    with open(out + '.tmp', 'w') as f:
+      json.dump(report, f, indent=2, sort_keys=True)
+    os.replace(out + '.tmp', out)
+  return report
 
 
 def main(argv):
   del argv
-  report = score(DISTANCES.value, DATA.value)
-  print(json.dumps(report, indent=2, sort_keys=True))
-  if OUT.value:
-    with open(OUT.value + '.tmp', 'w') as f:
-      json.dump(report, f, indent=2, sort_keys=True)
-    os.replace(OUT.value + '.tmp', OUT.value)
+  print(json.dumps(run(DISTANCES.value, DATA.value, OUT.value), indent=2, sort_keys=True))
 
 
 if __name__ == '__main__':

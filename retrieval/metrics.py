@@ -127,13 +127,15 @@ def retrieval_metrics(embeddings, labels, *, metric='euclidean', block_size=256)
   return _summarise(names, np.concatenate([np.asarray(s) for s in stats], axis=2))
 
 
-def metrics_from_distances(distances, labels, *, block_size=256, symmetry_tol=1e-4):
+def metrics_from_distances(distances, labels, *, item_names=None, block_size=256,
+                           symmetry_tol=1e-4):
   """Same metrics as `retrieval_metrics` from an [N, N] distance matrix.
 
   Row q holds the distances from query q; the diagonal is ignored (the query is excluded by
   index). Distances are compared in float32. Raises ValueError naming the problem when the
   matrix is not square, does not match len(labels), holds NaN/Inf, or is not symmetric within
-  `symmetry_tol` times the largest absolute distance.
+  `symmetry_tol` times the largest absolute distance; `item_names` (one per item), when
+  given, name the offending rows and columns.
   """
   d = np.asarray(distances)
   if d.ndim != 2 or d.shape[0] != d.shape[1]:
@@ -142,7 +144,7 @@ def metrics_from_distances(distances, labels, *, block_size=256, symmetry_tol=1e
   if n < 2:
     raise ValueError('distance matrix needs at least 2 items')
   names, codes = _encode_labels(labels, n)
-  _check_distances(d, symmetry_tol, block_size)
+  _check_distances(d, symmetry_tol, block_size, item_names)
   cand, order, b, nb, n_chunks = _plan(codes, block_size, odd=False)
   # The last block is topped up with repeats of the last query; their stats are dropped.
   queries = np.append(order, np.full(nb * b - n, order[-1])).reshape(nb, b)
@@ -407,23 +409,31 @@ def _summarise(names, stats):
   return out[0] if names is None else dict(zip(names, out))
 
 
-def _check_distances(d, tol, block_size):
-  """Raises ValueError for NaN/Inf or asymmetry; blockwise so no N x N temporary is made."""
+def _check_distances(d, tol, block_size, names):
+  """Raises ValueError naming the first NaN/Inf entry and the most asymmetric pair (as D[i, j],
+  0-based, with the items' names when given); blockwise so no N x N temporary is made."""
+  def entry(i, j):
+    return f'D[{i}, {j}]' + (f' ({names[i]} -> {names[j]})' if names is not None else '')
+
   n = d.shape[0]
   scale = 0.0
   for s in range(0, n, block_size):
     rows = np.asarray(d[s:s + block_size], np.float64)
     if not np.isfinite(rows).all():
-      raise ValueError('distance matrix contains NaN or Inf')
+      i, j = np.argwhere(~np.isfinite(rows))[0]
+      raise ValueError(f'distance matrix holds {rows[i, j]} at {entry(s + i, j)}; expected '
+                       'finite distances (no NaN or Inf)')
     scale = max(scale, float(np.abs(rows).max()))
   limit = tol * max(scale, np.finfo(np.float32).tiny)
   for s in range(0, n, block_size):
     rows = np.asarray(d[s:s + block_size], np.float64)
     cols = np.asarray(d[:, s:s + block_size], np.float64).T
-    err = float(np.abs(rows - cols).max())
-    if err > limit:
-      raise ValueError(f'distance matrix is not symmetric: |D - D.T| reaches {err:.3g} '
-                       f'> {tol:g} x max|D| = {limit:.3g}')
+    err = np.abs(rows - cols)
+    if err.max() > limit:
+      i, j = np.unravel_index(np.argmax(err), err.shape)
+      raise ValueError(f'distance matrix is not symmetric: {entry(s + i, j)} is '
+                       f'{rows[i, j]:.9g} but D[{j}, {s + i}] is {cols[i, j]:.9g}; |D - D.T| '
+                       f'reaches {err.max():.3g} > {tol:g} x max|D| = {limit:.3g}')
 
 
 # ---------------------------------------------------------------------------- CSV export
@@ -468,34 +478,53 @@ def read_distance_csv(path):
 
   Accepts the layout `write_distance_csv` writes (each line: name, then N distances) and a
   header layout (a first line of N names, optionally after one empty corner cell, then N lines
-  of N distances, each optionally led by its name).
+  of N distances, each optionally led by its name). Raises ValueError naming the file and line
+  for a row of the wrong length, a field that is not a number, a row named differently from
+  its header column, or a name given twice. NaN / Inf and asymmetry are
+  `metrics_from_distances`'s to check.
   """
   with open(path, newline='') as f:
-    lines = [s for s in f.read().splitlines() if s.strip()]
+    lines = [(k, s) for k, s in enumerate(f.read().splitlines(), 1) if s.strip()]
   if not lines:
     raise ValueError(f'{path}: empty distance file')
-  first = [s.strip() for s in lines[0].split(',')]
+  first = [s.strip() for s in lines[0][1].split(',')]
   header = None
   if not _all_numbers(first[1:]):
     header = first[1:] if first[0] == '' else first
     lines = lines[1:]
   n = len(lines)
   names, rows = [], []
-  for i, s in enumerate(lines):
+  for r, (line, s) in enumerate(lines):
     fields = s.split(',')
-    if len(fields) == n + 1:
-      names.append(fields[0].strip())
+    if len(fields) == n + 1 or not _all_numbers(fields[:1]):
+      names.append((r, line, fields[0].strip()))
       fields = fields[1:]
     if len(fields) != n:
-      raise ValueError(f'{path}: line {i + 1 + (header is not None)} has {len(fields)} '
-                       f'distances, expected {n}')
-    rows.append(np.array(fields, np.float64))
+      raise ValueError(f'{path}: line {line} has {len(fields)} distances, expected {n}')
+    try:
+      rows.append(np.array(fields, np.float64))
+    except ValueError:
+      bad = next(x for x in fields if not _all_numbers([x]))
+      raise ValueError(f'{path}: line {line}: {bad.strip()!r} is not a number; expected '
+                       f'{n} distances') from None
   if header is not None:
     if len(header) != n:
       raise ValueError(f'{path}: header has {len(header)} names for {n} rows')
+    for r, line, name in names:
+      if name != header[r]:
+        raise ValueError(f'{path}: line {line} is named {name!r} but column {r + 1} of the '
+                         f'header is {header[r]!r}; expected the rows in the header\'s order')
     names = header
   elif len(names) != n:
     raise ValueError(f'{path}: every line must start with its name')
+  else:
+    names = [name for _, _, name in names]
+  first_index = {}
+  for k, name in enumerate(names):
+    if name in first_index:
+      raise ValueError(f'{path}: name {name!r} is given twice, for rows {first_index[name] + 1} '
+                       f'and {k + 1} (counting from 1); expected each item once')
+    first_index[name] = k
   return np.stack(rows), names
 
 

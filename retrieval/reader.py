@@ -3,6 +3,7 @@
 Outside the fragment the image is black. JPEG smears that black a little at the fragment's
 edge and leaves faint noise in it, so "black" means every channel <= BLACK_THRESHOLD.
 """
+import io
 import os
 import re
 import typing
@@ -56,12 +57,16 @@ def list_fragments(folder):
   return items
 
 
-def _decode(path):
-  """RGB uint8 [H, W, 3]; DataError naming the file for anything but a readable image."""
-  if os.path.getsize(path) == 0:
+def decode(path, data=None):
+  """RGB uint8 [H, W, 3]; DataError naming the file for anything but a readable image.
+
+  data: the file's bytes when they are stored elsewhere (a TFDS record); path then only
+  names the fragment in errors.
+  """
+  if (os.path.getsize(path) if data is None else len(data)) == 0:
     raise DataError(f'{path}: empty file (0 bytes), expected a JPEG fragment')
   try:
-    with Image.open(path) as image:
+    with Image.open(path if data is None else io.BytesIO(data)) as image:
       rgb = np.asarray(image.convert('RGB'))
   except (OSError, SyntaxError, ValueError) as e:  # Pillow's errors for corrupt or truncated
     raise DataError(f'{path}: unreadable image ({e}), expected a JPEG fragment') from e
@@ -76,7 +81,7 @@ def _convert(rgb, color):
 
 def load_fragment(path, color=True):
   """The fragment as uint8 [H, W, 3] (color) or [H, W] (grey)."""
-  return _convert(_decode(path), color)
+  return _convert(decode(path), color)
 
 
 def fit_to_square(image, size):
@@ -102,9 +107,10 @@ class FragmentSource:
   what grain's worker threads and processes need.
   """
 
-  def __init__(self, folder, size, color=True):
+  def __init__(self, folder, size, color=True, fragments=None):
+    """fragments: the listing of folder, when it comes from elsewhere (a TFDS build)."""
     self.folder, self.size, self.color = folder, size, color
-    self.fragments = list_fragments(folder)
+    self.fragments = list_fragments(folder) if fragments is None else fragments
     writers = sorted({f.writer for f in self.fragments})
     pages = sorted({(f.writer, f.page) for f in self.fragments})
     writer_index = {w: i for i, w in enumerate(writers)}
@@ -117,8 +123,12 @@ class FragmentSource:
   def __len__(self):
     return len(self.fragments)
 
+  def read_rgb(self, index):
+    """The fragment as RGB uint8 [H, W, 3] at its own size."""
+    return decode(self.fragments[index].path)
+
   def __getitem__(self, index):
-    rgb = _decode(self.fragments[index].path)
+    rgb = self.read_rgb(index)
     image = fit_to_square(_convert(rgb, self.color), self.size)
     return dict(
         image=image if self.color else image[..., None],

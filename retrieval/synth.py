@@ -1,10 +1,12 @@
 """Synthetic historical writers and pages, cut into fragments in the HisFrag20 layout.
 
 A writer is one handwriting or historical font plus a style drawn once: letter height, slant,
-stroke weight, letter, word and line spacing, baseline wobble, ink colour, margins and paper
-stock. More writers than fonts share fonts with different styles, as scribes trained in one
-hand do. A page is that writer's pseudo-Latin text on textured paper with stains, fading and
-bleed-through, cut by retrieval.fragments. Train and test writers are disjoint:
+stroke weight, letter, word and line spacing, baseline wobble, ink colour and margins.
+Consecutive writers share a font in groups of WRITERS_PER_HAND, as scribes trained in one hand
+do, so that telling writers apart takes more than telling fonts apart. A page varies its
+writer's habits as real pages do (another day, pen, ink and paper stock: see page_style) and
+is the writer's pseudo-Latin text on textured paper with stains, fading and bleed-through,
+cut by retrieval.fragments. Train and test writers are disjoint:
 
   OUT/train/WID_PID_FID.jpg   writers 1..N
   OUT/test/WID_PID_FID.jpg    writers N+1..N+M
@@ -72,6 +74,7 @@ FONTS = (
     ('fonts-klaudia-berenika', 'truetype/klaudia-berenika/Klaudia.ttf'),
     ('fonts-klaudia-berenika', 'truetype/klaudia-berenika/Klaudia-Oblique.ttf'),
 )
+WRITERS_PER_HAND = 3  # writers sharing one font (with their own styles)
 LETTERS = 'abcdefghijklmnopqrstuvwxyz'
 CAPITALS = 'ABCDEFGHILMNOPQRSTV'  # the capitals of the classical Latin alphabet in use here
 PUNCTUATION = '.,;:'
@@ -147,14 +150,14 @@ def _font(relative, size):
 def writer_style(seed, writer):
   """The style of one writer: drawn once, from (seed, writer) only."""
   rng = np.random.default_rng([seed, writer])
-  # Consecutive writers take consecutive fonts of a seeded order, so each font is used about
-  # equally and small test splits mostly get fonts the train split lacks.
+  # Each group of WRITERS_PER_HAND consecutive writers takes the next font of a seeded order,
+  # so each font is used about equally and the test writers (the last ones) mostly write
+  # hands the train split lacks.
   order = np.random.default_rng(seed).permutation(len(FONTS))
-  relative = FONTS[order[(writer - 1) % len(FONTS)]][1]
+  relative = FONTS[order[(writer - 1) // WRITERS_PER_HAND % len(FONTS)]][1]
   x_height = rng.uniform(9, 17)
   size = max(8, int(round(x_height / _x_height_ratio(relative))))
   ink = np.clip(np.array(INKS[rng.integers(len(INKS))]) + rng.normal(0, 10, 3), 0, 255)
-  paper = np.clip(np.array(PAPERS[rng.integers(len(PAPERS))]) + rng.normal(0, 6, 3), 0, 255)
   return dict(
       font=relative, size=size, x_height=x_height,
       slant=rng.normal(0.05, 0.15),  # shear: x moves by slant * height above the baseline
@@ -167,9 +170,33 @@ def writer_style(seed, writer):
       wobble_period=rng.uniform(150, 600),
       line_slope=rng.normal(0, 0.006),
       jitter=rng.uniform(0, 0.08) * x_height,  # per-letter baseline noise
-      ink=ink, ink_opacity=rng.uniform(0.8, 0.97), paper=paper,
+      ink=ink, ink_opacity=rng.uniform(0.8, 0.97),
       margins=rng.uniform([50, 50, 40, 50], [130, 150, 110, 140]),  # top, left, right, bottom
   )
+
+
+def page_style(style, rng):
+  """The writer's style as it shows on one page: the habits stay, the day and tools change.
+
+  Letter size, pen weight, slant and spacing drift from page to page, and each page has its
+  own ink batch and paper stock, so that neither a colour nor an exact size identifies a
+  writer (real pages of one scribe differ in all of these).
+  """
+  x_height = style['x_height'] * rng.lognormal(0, 0.07)
+  size = max(8, int(round(style['size'] * x_height / style['x_height'])))
+  stroke = int(np.clip(style['stroke'] + rng.choice([-1, 0, 0, 0, 1]), 0, 2))
+  if x_height <= 11:  # thin pens on small letters, so that they stay open
+    stroke = min(stroke, 1)
+  spacing = rng.lognormal(0, 0.06)
+  ink = INKS[rng.integers(len(INKS))] if rng.uniform() < 0.5 else style['ink']
+  return dict(
+      style, x_height=x_height, size=size, stroke=stroke,
+      slant=style['slant'] + rng.normal(0, 0.04),
+      tracking=style['tracking'] * spacing, word_gap=style['word_gap'] * spacing,
+      line_gap=style['line_gap'] * rng.lognormal(0, 0.05),
+      ink=np.clip(np.array(ink, np.float64) + rng.normal(0, 8, 3), 0, 255),
+      ink_opacity=np.clip(style['ink_opacity'] + rng.normal(0, 0.04), 0.7, 0.98),
+      paper=np.clip(np.array(PAPERS[rng.integers(len(PAPERS))]) + rng.normal(0, 6, 3), 0, 255))
 
 
 def _weighted(rng, table):
@@ -351,7 +378,8 @@ def render_page(style, rng, width=1000, height=1400):
 def _page_job(job):
   out_dir, pages_dir, seed, writer, page, params, (width, height) = job
   rng = np.random.default_rng([seed, writer, page])
-  image, text_box = render_page(writer_style(seed, writer), rng, width, height)
+  image, text_box = render_page(page_style(writer_style(seed, writer), rng), rng, width,
+                                height)
   if pages_dir is not None:
     Image.fromarray(image).save(os.path.join(pages_dir, f'{writer}_{page}.jpg'), quality=92)
   pieces = fragments.cut_page(image, rng, params, text_box)

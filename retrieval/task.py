@@ -3,6 +3,7 @@
 Fragments are decoded and fitted once into a memory-mapped cache (JPEG decoding every epoch
 would starve 2 CPU cores); the device does the random crop, augmentation and normalisation.
 """
+import collections
 import concurrent.futures
 import functools
 import hashlib
@@ -44,17 +45,19 @@ class CachedFragments:
     return dict(self.__dict__, _images=None)
 
 
-def _cache_key(folder, size, color):
+def _cache_key(files, size, color):
+  """From the files the fragments are read from: fragment files, or a TFDS build's records."""
   digest = hashlib.sha256(f'{size} {color}'.encode())
-  for f in reader.list_fragments(folder):
-    stat = os.stat(f.path)
-    digest.update(f'{os.path.basename(f.path)} {stat.st_size} {stat.st_mtime_ns}\n'.encode())
+  for path in files:
+    stat = os.stat(path)
+    digest.update(f'{os.path.basename(path)} {stat.st_size} {stat.st_mtime_ns}\n'.encode())
   return digest.hexdigest()[:16]
 
 
-def _build_cache(folder, size, color, out_dir):
-  """Decodes and fits every fragment (in threads; Pillow releases the GIL) into out_dir."""
-  src = reader.FragmentSource(folder, size, color)
+def _build_cache(src, out_dir):
+  """Decodes and fits every fragment of a reader.FragmentSource (in threads; Pillow releases
+  the GIL) into out_dir."""
+  size, color = src.size, src.color
   tmp = out_dir + f'.tmp-{os.getpid()}'
   os.makedirs(tmp, exist_ok=True)
   images = np.lib.format.open_memmap(os.path.join(tmp, 'images.npy'), 'w+', np.uint8,
@@ -79,21 +82,44 @@ def _build_cache(folder, size, color, out_dir):
   os.replace(tmp, out_dir)  # complete or absent, never half-written
 
 
-def source(config, workdir, split):
-  """The fragments of DATA/{train,test}, decoded once into WORKDIR/prepared (or cache_dir)."""
+def _folder(config, split):
   if not config.data.dir:
     raise ValueError('no data: pass --data DIR (a folder with train/ and test/ of '
                      'WID_PID_FID.jpg fragments) or set config.data.dir')
-  folder = os.path.join(config.data.dir, split)
+  return os.path.join(config.data.dir, split)
+
+
+def _fragment_source(config, split):
+  """The split as a reader.FragmentSource (listed, nothing decoded yet): DATA/{split}, or the
+  split of the TFDS build in config.data.tfds_dir (format 'tfds')."""
   size, color = config.input.load_size, config.input.color
+  if config.data.format == 'tfds':
+    if not config.data.tfds_dir:
+      raise ValueError("config.data.format='tfds' needs config.data.tfds_dir, a TFDS data "
+                       'dir holding a hisfrag20 build')
+    # Imported only here: tensorflow_datasets takes ~0.5 s to import.
+    from retrieval import tfds_hisfrag20
+    return tfds_hisfrag20.TfdsFragmentSource(config.data.tfds_dir, split, size, color)
+  if config.data.format != 'folder':
+    raise ValueError(f"config.data.format={config.data.format!r}: expected 'folder' or 'tfds'")
+  return reader.FragmentSource(_folder(config, split), size, color)
+
+
+def source(config, workdir, split):
+  """The fragments of DATA/{train,test} (or of the TFDS build), decoded once into
+  WORKDIR/prepared (or cache_dir)."""
+  src = _fragment_source(config, split)
+  files = (src.record_files if config.data.format == 'tfds'
+           else [f.path for f in src.fragments])
+  key = _cache_key(files, src.size, src.color)
   cache = config.data.cache_dir or os.path.join(workdir, 'prepared')
-  out_dir = os.path.join(cache, f'fragments-{split}-{_cache_key(folder, size, color)}')
+  out_dir = os.path.join(cache, f'fragments-{split}-{key}')
   if jax.process_index() == 0 and not os.path.isdir(out_dir):
     os.makedirs(cache, exist_ok=True)
-    _build_cache(folder, size, color, out_dir)
+    _build_cache(src, out_dir)
   multihost_utils.sync_global_devices(f'fragments cache {split}')
   if not os.path.isdir(out_dir):  # another host, with a cache dir of its own
-    _build_cache(folder, size, color, out_dir)
+    _build_cache(src, out_dir)
   with open(os.path.join(out_dir, 'index.json')) as f:
     index = json.load(f)
   return CachedFragments(os.path.join(out_dir, 'images.npy'), index['names'],
@@ -127,8 +153,29 @@ class PKBatches:
     return np.concatenate(picks)
 
 
+def check_training_writers(fragments):
+  """Raises DataError naming a writer with a single fragment, before anything is decoded.
+
+  fragments: a folder, or a listing of reader.Fragment (a FragmentSource's). P x K batches
+  pair every fragment with another of its writer, so training needs two of each. Evaluation
+  takes such writers: their fragments are queries with no relevant item, left out of the
+  averages (see retrieval/metrics.py).
+  """
+  if isinstance(fragments, (str, os.PathLike)):
+    fragments = reader.list_fragments(fragments)
+  counts = collections.Counter(f.writer for f in fragments)
+  single = [f for f in fragments if counts[f.writer] == 1]
+  if single:
+    raise reader.DataError(
+        f'{single[0].path}: writer {single[0].writer} has only this fragment (single-fragment '
+        f'writers: {len(single)}); training needs at least 2 fragments of every writer, since '
+        'P x K batches pair each fragment with another of its writer: add fragments of the '
+        'writer or move it out of the training folder')
+
+
 def train_data(config, workdir, local_batch):
   """This process's rows of each P x K global batch; the iterator state checkpoints."""
+  check_training_writers(_fragment_source(config, 'train').fragments)
   src = source(config, workdir, 'train')
   p, k = config.train.writers_per_batch, config.train.batch_size // config.train.writers_per_batch
   if p * k != config.train.batch_size:
@@ -304,39 +351,51 @@ def lbp_features(folder, names):
     return np.stack(list(pool.map(one, names)))
 
 
-def srs_lbp_report(config, workdir):
-  """The SRS-LBP baseline on the test split (PCA fitted on train), cached in the workdir."""
-  path = os.path.join(workdir, 'eval', 'srs_lbp.json')
-  if os.path.exists(path):
-    with open(path) as f:
-      return json.load(f)
+def srs_lbp(config, workdir):
+  """The SRS-LBP baseline on the test split (PCA fitted on train): (metrics, embeddings
+  [N, 200]), cached in the workdir (the embeddings feed report.html's per-query charts)."""
+  out = os.path.join(workdir, 'eval')
+  json_path, npy_path = os.path.join(out, 'srs_lbp.json'), os.path.join(out, 'srs_lbp_test.npy')
+  if os.path.exists(json_path) and os.path.exists(npy_path):
+    with open(json_path) as f:
+      return json.load(f), np.load(npy_path)
   train_src, test_src = source(config, workdir, 'train'), source(config, workdir, 'test')
   fit_on = np.random.default_rng(config.seed).permutation(len(train_src))
   fit_names = [train_src.names[i] for i in fit_on[:config.eval.lbp_fit_fragments]]
   train_features = lbp_features(os.path.join(config.data.dir, 'train'), fit_names)
   test_features = lbp_features(os.path.join(config.data.dir, 'test'), test_src.names)
   pca = lbp.fit_pca(train_features, dim=min(200, *train_features.shape))
-  report = retrieval_metrics.retrieval_metrics(lbp.embed(pca, test_features),
-                                               _labelings(test_src), metric='cityblock')
+  embeddings = lbp.embed(pca, test_features)
+  report = retrieval_metrics.retrieval_metrics(embeddings, _labelings(test_src),
+                                               metric='cityblock')
   if jax.process_index() == 0:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + '.tmp', 'w') as f:
+    os.makedirs(out, exist_ok=True)
+    with open(npy_path + '.tmp', 'wb') as f:
+      np.save(f, embeddings)
+    os.replace(npy_path + '.tmp', npy_path)
+    with open(json_path + '.tmp', 'w') as f:
       json.dump(report, f)
-    os.replace(path + '.tmp', path)
-  return report
+    os.replace(json_path + '.tmp', json_path)
+  return report, embeddings
 
 
-def evaluate(config, split, graphdef, variables, mesh, workdir):
-  """Writer and page retrieval metrics of the encoder (and SRS-LBP when configured)."""
+def evaluate(config, split, graphdef, variables, mesh, workdir, details=None):
+  """Writer and page retrieval metrics of the encoder (and SRS-LBP when configured).
+
+  A `details` dict, when given, receives what retrieval/report.py shows: `source` and
+  `embeddings` {method: (embeddings [N, d], the metric they are ranked by)}.
+  """
   embeddings, src = embed(config, split, graphdef, variables, mesh, workdir)
   report = {'encoder': retrieval_metrics.retrieval_metrics(embeddings, _labelings(src))}
+  ranked_by = {'encoder': (embeddings, 'euclidean')}  # retrieval_metrics' default metric
   if config.eval.pca_whitening and split != 'train':  # fitted on the training embeddings
     train_embeddings, _ = embed(config, 'train', graphdef, variables, mesh, workdir)
     whitening = retrieval_metrics.fit_pca_whitening(train_embeddings, config.eval.pca_whitening)
     report['encoder_whitened'] = retrieval_metrics.retrieval_metrics(
         retrieval_metrics.apply_pca_whitening(whitening, embeddings), _labelings(src))
   if config.eval.srs_lbp and split == 'test':
-    report['srs_lbp'] = srs_lbp_report(config, workdir)
+    report['srs_lbp'], lbp_embeddings = srs_lbp(config, workdir)
+    ranked_by['srs_lbp'] = (lbp_embeddings, 'cityblock')
   if config.eval.export_distances and jax.process_index() == 0:
     out = os.path.join(workdir, 'eval')
     os.makedirs(out, exist_ok=True)
@@ -344,6 +403,8 @@ def evaluate(config, split, graphdef, variables, mesh, workdir):
     np.save(os.path.join(out, f'distances_{split}.npy'), distances)
     retrieval_metrics.write_distance_csv(os.path.join(out, f'distances_{split}.csv'),
                                          distances, src.names)
+  if details is not None:
+    details.update(source=src, embeddings=ranked_by)
   flat = {f'{method}/{labeling}/{k}': v for method, block in report.items()
           for labeling, scores in block.items() for k, v in scores.items()}
   flat['score'] = report['encoder']['writer']['map']

@@ -37,3 +37,30 @@ def fragment_data(tmp_path_factory):
   synth.write_dataset(str(out), writers_train=6, writers_test=4, pages_per_writer=2, seed=0,
                       workers=1, page_size=(500, 700))
   return str(out)
+
+
+@pytest.fixture(scope='session')
+def grapheme_trained(grapheme_data, tmp_path_factory):
+  """configs/grapheme.py:test trained for 4 steps on 1 device, logging every step."""
+  workdir = str(tmp_path_factory.mktemp('grapheme_run') / 'workdir')
+  run_module('launch.train', '--config=configs/grapheme.py:test', '--data', grapheme_data,
+             '--workdir', workdir, '--config.train.steps=4', '--config.train.log_every=1')
+  return workdir
+
+
+@pytest.fixture(scope='session')
+def grapheme_evaluated(grapheme_data, grapheme_trained):
+  """grapheme_trained after launch.evaluate (eval/metrics.json, eval/report.html)."""
+  run_module('launch.evaluate', '--config=configs/grapheme.py:test', '--data', grapheme_data,
+             '--workdir', grapheme_trained)
+  return grapheme_trained
+
+
+@pytest.fixture(scope='session')
+def fragment_evaluated(fragment_data, tmp_path_factory):
+  """configs/fragments.py:test trained (6 steps), then evaluated by launch.evaluate."""
+  workdir = str(tmp_path_factory.mktemp('fragment_run') / 'workdir')
+  args = ['--config=configs/fragments.py:test', '--data', fragment_data, '--workdir', workdir]
+  run_module('launch.train', *args)
+  run_module('launch.evaluate', *args)
+  return workdir

@@ -51,39 +51,6 @@ def test_list_fragments_sorted_numerically(folder):
   assert all(os.path.isfile(f.path) for f in items)
 
 
-def test_folder_errors_name_the_culprit(tmp_path):
-  with pytest.raises(reader.DataError, match=re.escape(str(tmp_path))):
-    reader.list_fragments(str(tmp_path))
-  _save(tmp_path, '1_1_1.jpg', _fragment(20, 20))
-  _save(tmp_path, 'notes.jpg', _fragment(20, 20))
-  with pytest.raises(reader.DataError, match='notes.jpg'):
-    reader.list_fragments(str(tmp_path))
-  os.remove(tmp_path / 'notes.jpg')
-  _save(tmp_path, '01_1_1.jpg', _fragment(20, 20))
-  with pytest.raises(reader.DataError, match='1_1_1.jpg'):
-    reader.list_fragments(str(tmp_path))
-
-
-def test_bad_files_raise_naming_the_file(tmp_path):
-  good = _save(tmp_path, '1_1_1.jpg', _fragment(64, 64))
-  data = open(good, 'rb').read()
-  cases = {
-      '1_1_2.jpg': b'',  # zero bytes
-      '1_1_3.jpg': b'this is not a jpeg' * 10,  # corrupt
-      '1_1_4.jpg': data[:len(data) // 2],  # truncated
-  }
-  for name, content in cases.items():
-    (tmp_path / name).write_bytes(content)
-  _save(tmp_path, '1_1_5.jpg', np.zeros((30, 40, 3), np.uint8))  # all black
-  for name in ['1_1_2.jpg', '1_1_3.jpg', '1_1_4.jpg', '1_1_5.jpg']:
-    path = str(tmp_path / name)
-    with pytest.raises(reader.DataError, match=re.escape(path)):
-      reader.load_fragment(path)
-  source = reader.FragmentSource(str(tmp_path), 32)
-  with pytest.raises(reader.DataError, match='1_1_4.jpg'):
-    source[3]
-
-
 def test_load_fragment_colour_and_grey(folder):
   path = os.path.join(folder, '10_5_1.jpg')
   colour = reader.load_fragment(path, color=True)
@@ -134,6 +101,8 @@ def test_source_feeds_grain(folder):
 
 
 def test_single_fragment_writer_is_read(tmp_path):
+  # Evaluation reads it (its fragment is a query with no relevant item); training refuses
+  # it: tests/test_bad_inputs.py.
   _save(tmp_path, '4_9_1.jpg', _fragment(30, 50))
   source = reader.FragmentSource(str(tmp_path), 16)
   assert len(source) == 1 and source[0]['writer'] == 0
@@ -156,12 +125,30 @@ def test_write_dataset_layout(tmp_path):
   assert writers == {'train': {1, 2}, 'test': {3}}
 
 
+def _page(writer, page):
+  rng = np.random.default_rng([5, writer, page])
+  return synth.render_page(synth.page_style(synth.writer_style(5, writer), rng), rng, 300, 420)
+
+
 def test_writer_style_and_page_are_deterministic():
   assert synth.writer_style(5, 3)['font'] == synth.writer_style(5, 3)['font']
-  a, box_a = synth.render_page(synth.writer_style(5, 3), np.random.default_rng(1), 300, 420)
-  b, box_b = synth.render_page(synth.writer_style(5, 3), np.random.default_rng(1), 300, 420)
+  a, box_a = _page(3, 1)
+  b, box_b = _page(3, 1)
   np.testing.assert_array_equal(a, b)
   assert box_a == box_b and a.shape[2] == 3 and a.min() > 0  # no pure black on the page
+
+
+def test_writers_share_hands_and_pages_vary_their_writer():
+  fonts = [synth.writer_style(5, w)['font'] for w in range(1, 3 * synth.WRITERS_PER_HAND + 1)]
+  groups = [fonts[i:i + synth.WRITERS_PER_HAND]
+            for i in range(0, len(fonts), synth.WRITERS_PER_HAND)]
+  assert all(len(set(g)) == 1 for g in groups) and len({g[0] for g in groups}) == 3
+  style = synth.writer_style(5, 1)
+  pages = [synth.page_style(style, np.random.default_rng(p)) for p in range(8)]
+  assert all(p['font'] == style['font'] and p['margins'] is style['margins'] for p in pages)
+  assert len({round(p['x_height'], 3) for p in pages}) == 8
+  assert len({tuple(p['paper'].round(1)) for p in pages}) == 8
+  assert all(abs(p['x_height'] / style['x_height'] - 1) < 0.35 for p in pages)
 
 
 def test_every_font_draws_latin_letters():

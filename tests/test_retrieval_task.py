@@ -9,8 +9,6 @@ import pytest
 from conftest import run_module
 from retrieval import task
 
-CONFIG = 'configs/fragments.py:test'
-
 
 def normalised(rng, n, d):
   x = rng.normal(size=(n, d)).astype(np.float32)
@@ -83,11 +81,8 @@ def test_netvlad_encoder_embeds_to_unit_vectors():
   np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1.0, rtol=1e-5)
 
 
-def test_train_evaluate_and_score_exported_distances(fragment_data, tmp_path):
-  workdir = str(tmp_path / 'run')
-  args = [f'--config={CONFIG}', '--data', fragment_data, '--workdir', workdir]
-  run_module('launch.train', *args)
-  run_module('launch.evaluate', *args)
+def test_train_evaluate_and_score_exported_distances(fragment_data, fragment_evaluated):
+  workdir = fragment_evaluated
   with open(os.path.join(workdir, 'eval', 'metrics.json')) as f:
     report = json.load(f)['test']
   for method in ('encoder', 'encoder_whitened', 'srs_lbp'):
@@ -105,18 +100,3 @@ def test_train_evaluate_and_score_exported_distances(fragment_data, tmp_path):
   for labeling in ('writer', 'page'):
     for k in ('map', 'top1', 'pr10', 'pr100'):
       assert scored[labeling][k] == pytest.approx(report[f'encoder/{labeling}/{k}'], abs=1e-6)
-
-
-def test_a_corrupt_fragment_is_named_and_leaves_no_cache(fragment_data, tmp_path):
-  import shutil
-  from configs import fragments
-  from retrieval import reader
-  data = tmp_path / 'data'
-  shutil.copytree(fragment_data, data)
-  bad = sorted((data / 'train').iterdir())[3]
-  bad.write_bytes(b'not a jpeg')
-  config = fragments.get_config('test')
-  config.data.dir = str(data)
-  with pytest.raises(reader.DataError, match=bad.name):
-    task.source(config, str(tmp_path / 'work'), 'train')
-  assert os.listdir(tmp_path / 'work' / 'prepared') == []

@@ -28,7 +28,17 @@ def cache_dir(config, workdir):
 
 
 def _source(config, workdir, split):
-  """Prepares (once, cached) and opens `split` ('train' or 'test') of config.data.dir."""
+  """Prepares (once, cached) and opens `split` ('train' or 'test') of config.data.dir, or
+  opens it in the TFDS build in config.data.tfds_dir (format 'tfds'): the same records."""
+  if config.data.format == 'tfds':
+    if not config.data.tfds_dir:
+      raise ValueError("config.data.format='tfds' needs config.data.tfds_dir, a TFDS data "
+                       'dir holding a bengaliai build')
+    # Imported only here: tensorflow_datasets takes ~0.5 s to import.
+    from bengrapheme.grapheme import tfds_bengaliai
+    return tfds_bengaliai.TfdsGraphemeSource(config.data.tfds_dir, split)
+  if config.data.format != 'kaggle':
+    raise ValueError(f"config.data.format={config.data.format!r}: expected 'kaggle' or 'tfds'")
   if not config.data.dir:
     raise ValueError('no data: pass --data DIR (a Kaggle bengaliai-cv19 folder) or set '
                      'config.data.dir')
@@ -202,11 +212,14 @@ def _predict_fn(graphdef, config, mesh):
 SUBSETS = ('all', 'seen', 'unseen')
 
 
-def evaluate(config, split, graphdef, variables, mesh, workdir):
+def evaluate(config, split, graphdef, variables, mesh, workdir, details=None):
   """Hierarchical macro recall on `split`; confusion matrices accumulate on device.
 
   Reports the component heads ('heads') and, with a whole-grapheme head, the combined rule
-  used for predictions, each over all images and over seen / unseen graphemes.
+  used for predictions, each over all images and over seen / unseen graphemes. A `details`
+  dict, when given, receives what bengrapheme/grapheme/report.py shows: per image, arrays of
+  N rows sorted by `index` (the image's row in `source`): `labels`, `predictions` of the
+  reported `rule`, and `seen` (its grapheme is one of the 1,295).
   """
   src = source(config, workdir, split)
   if not _has_labels(src):
@@ -226,21 +239,27 @@ def evaluate(config, split, graphdef, variables, mesh, workdir):
     seen = batch['grapheme'] >= 0
     weights = {'all': batch['mask'], 'seen': batch['mask'] & seen,
                'unseen': batch['mask'] & ~seen}
-    return {(rule, subset): metrics.update_confusion(confusions[(rule, subset)],
-                                                     batch['labels'], preds[rule],
-                                                     weights[subset])
-            for rule in rules for subset in SUBSETS}, {s: w.sum() for s, w in weights.items()}
+    confusions = {(rule, subset): metrics.update_confusion(confusions[(rule, subset)],
+                                                           batch['labels'], preds[rule],
+                                                           weights[subset])
+                  for rule in rules for subset in SUBSETS}
+    per_image = dict(index=batch['index'], mask=batch['mask'], labels=batch['labels'],
+                     predictions=preds[rules[-1]], seen=seen)
+    return confusions, {s: w.sum() for s, w in weights.items()}, per_image
 
   confusions = {(rule, subset): metrics.init_confusion() for rule in rules for subset in SUBSETS}
   counts = dict.fromkeys(SUBSETS, 0)
+  per_image = []
   local_batch = parallel.per_process_batch(config.eval.batch_size, mesh)
   for batch in input_lib.eval_batches(src, batch_size=local_batch,
                                       process_index=jax.process_index(),
                                       process_count=jax.process_count()):
     batch = parallel.global_batch(mesh, {k: batch[k] for k in
-                                         ('image', 'labels', 'grapheme', 'mask')})
-    confusions, batch_counts = step(confusions, batch)
+                                         ('image', 'labels', 'grapheme', 'index', 'mask')})
+    confusions, batch_counts, batch_per_image = step(confusions, batch)
     counts = {s: counts[s] + batch_counts[s] for s in SUBSETS}  # stays on device
+    if details is not None:  # only then do per-image results travel to the host
+      per_image.append(batch_per_image)
   counts = jax.device_get(counts)
   report = {'num_images': int(counts['all'])}
   for (rule, subset), confusion in confusions.items():
@@ -249,6 +268,14 @@ def evaluate(config, split, graphdef, variables, mesh, workdir):
       report.update({f'{rule}/{subset}/{k}': v for k, v in scores.items()})
   report['score'] = report[f'{rules[-1]}/all/score']
   report['num_seen'], report['num_unseen'] = int(counts['seen']), int(counts['unseen'])
+  if details is not None:
+    batches = jax.device_get(per_image)
+    rows = {k: np.concatenate([b[k][b['mask']] for b in batches])
+            for k in ('index', 'labels', 'predictions', 'seen')}
+    order = np.argsort(rows['index'])
+    details.update({k: v[order] for k, v in rows.items()}, rule=rules[-1],
+                   # `index` names rows of the prepared split (a val hold-out is a Subset).
+                   source=getattr(src, 'source', src))
   return report
 
 

@@ -1,0 +1,248 @@
+"""What the bench modules share: timing, result records, worker processes, synthetic data.
+
+Timing: contenders are timed in turns (A, B, A, B, ...) and each keeps its fastest repeat, so
+that load from other processes on a shared machine hits both sides of a ratio alike and a
+slow outlier never counts.
+
+Workers: a contender that must run in a process of its own (its peak memory is measured, or
+it needs XLA_FLAGS set before jax starts) is a `Worker`: a child process that sets up once
+(data, compilation) and then times one repeat per request, so that several of them can still
+take turns. Its peak RSS is the kernel's high-water mark of that process (VmHWM).
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+import typing
+
+import numpy as np
+
+from bengrapheme.grapheme import kaggle
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ---------------------------------------------------------------- timing and records
+
+
+class Timed(typing.NamedTuple):
+  """What a contender returns when it times a part of its work itself (e.g. after warm-up)."""
+  seconds: float
+  result: object
+
+
+def interleaved(contenders, repeats):
+  """{name: fn} -> {name: (fastest seconds, last result)}, running the fns in turns.
+
+  A fn is timed around its call, unless it returns `Timed`.
+  """
+  best = {name: (float('inf'), None) for name in contenders}
+  for _ in range(repeats):
+    for name, fn in contenders.items():
+      start = time.perf_counter()
+      result = fn()
+      seconds = time.perf_counter() - start
+      if isinstance(result, Timed):
+        seconds, result = result
+      best[name] = (min(best[name][0], seconds), result)
+  return best
+
+
+def settle(interval=0.05, busy=0.1, timeout=60):
+  """Waits until this process's threads have stopped working (e.g. a closed pipeline's
+  read-ahead), so that leftover work does not run in the next contender's time."""
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    cpu = time.process_time()
+    time.sleep(interval)
+    if time.process_time() - cpu < busy * interval:
+      return
+
+
+def record(name, value, unit, reference, reference_value, *, ratio, target=None, passed=None,
+           repeats=None, note=None):
+  """One result row; ratio is how many times better than the reference (higher is better)."""
+  row = dict(name=name, value=float(value), unit=unit, reference=reference,
+             reference_value=None if reference_value is None else float(reference_value),
+             ratio=None if ratio is None else float(ratio), target=target,
+             passed=None if passed is None else bool(passed), repeats=repeats)
+  if note:
+    row['note'] = note
+  return row
+
+
+def peak_rss():
+  """This process's peak resident memory in bytes (VmHWM)."""
+  with open('/proc/self/status') as f:
+    for line in f:
+      if line.startswith('VmHWM:'):
+        return int(line.split()[1]) * 1024
+  raise RuntimeError('no VmHWM in /proc/self/status')
+
+
+# ---------------------------------------------------------------- worker processes
+
+
+class Worker:
+  """A child `python -m MODULE --worker ARGS...` serving one contender (see `serve`).
+
+  The child starts at once and runs the contender's setup (data, compilation); several can
+  set up side by side (compilers are mostly single-threaded). `setup` waits for it and holds
+  what it reported; `time()` runs one repeat there and returns (seconds, result); `close()`
+  returns its peak RSS in bytes.
+  """
+
+  def __init__(self, module, args, env=None):
+    environ = dict(os.environ, **(env or {}))
+    environ['PYTHONPATH'] = os.pathsep.join(filter(None, [ROOT, environ.get('PYTHONPATH')]))
+    self.name = ' '.join(args)
+    self._proc = subprocess.Popen([sys.executable, '-m', module, '--worker', *args],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=environ,
+                                  cwd=ROOT, text=True)
+    self._setup = None
+
+  @property
+  def setup(self):
+    if self._setup is None:
+      self._setup = self._reply()
+    return self._setup
+
+  def _reply(self):
+    line = self._proc.stdout.readline()
+    if not line:
+      code = self._proc.wait()
+      raise RuntimeError(f'bench worker {self.name!r} exited with code {code}')
+    return json.loads(line)
+
+  def _ask(self, command):
+    _ = self.setup  # its reply comes first on the pipe
+    self._proc.stdin.write(command + '\n')
+    self._proc.stdin.flush()
+    return self._reply()
+
+  def time(self):
+    reply = self._ask('run')
+    return reply['seconds'], reply['result']
+
+  def close(self):
+    reply = self._ask('quit')
+    self._proc.wait()
+    return reply['peak_rss']
+
+  def kill(self):
+    if self._proc.poll() is None:
+      self._proc.kill()
+      self._proc.wait()
+
+
+def time_workers(workers, repeats):
+  """{name: Worker} -> {name: (fastest seconds, last result, peak RSS bytes)}, in turns.
+
+  repeats: an int, or {name: int} for contenders too slow to repeat as often as the others
+  (they take the first turns). Seconds are those the worker measured around the contender
+  alone. The workers are closed (or killed, on an error) before this returns.
+  """
+  if isinstance(repeats, int):
+    repeats = {name: repeats for name in workers}
+  try:
+    best = {name: (float('inf'), None) for name in workers}
+    for turn in range(max(repeats.values())):
+      for name, worker in workers.items():
+        if turn < repeats[name]:
+          seconds, result = worker.time()
+          best[name] = (min(best[name][0], seconds), result)
+    return {name: (seconds, result, workers[name].close())
+            for name, (seconds, result) in best.items()}
+  finally:
+    for worker in workers.values():
+      worker.kill()
+
+
+def serve(setup):
+  """The child side of `Worker`: `setup()` -> (run_once, info); then one line per request.
+
+  stdout carries the protocol, so anything else written to it, by Python or by C code,
+  goes to stderr.
+  """
+  sys.stdout.flush()
+  out = os.fdopen(os.dup(1), 'w')
+  os.dup2(2, 1)
+  sys.stdout = sys.stderr
+  run_once, info = setup()
+  print(json.dumps(info or {}), file=out, flush=True)
+  for line in sys.stdin:
+    command = line.strip()
+    if command == 'run':
+      start = time.perf_counter()
+      result = run_once()
+      print(json.dumps(dict(seconds=time.perf_counter() - start, result=result)), file=out,
+            flush=True)
+    elif command == 'quit':
+      print(json.dumps(dict(peak_rss=peak_rss())), file=out, flush=True)
+      return
+    else:
+      raise ValueError(f'bench worker: unknown command {command!r}')
+
+
+# ---------------------------------------------------------------- synthetic Kaggle data
+
+
+def synthetic_images(n, seed):
+  """Image-like pixels: near-white paper noise with a few dark strokes, so that they compress
+  and decode like the real scans (pure noise or blank images would not)."""
+  rng = np.random.default_rng(seed)
+  images = (250 + rng.integers(0, 6, (n, kaggle.HEIGHT, kaggle.WIDTH))).astype(np.uint8)
+  rows = np.arange(n)[:, None]
+  for _ in range(6):
+    y = rng.integers(8, kaggle.HEIGHT - 8, (n, 1)) + rng.integers(-4, 5, (1, 60))
+    x = rng.integers(8, kaggle.WIDTH - 28, (n, 1)) + np.arange(60)[None] // 3
+    images[rows, np.clip(y, 0, kaggle.HEIGHT - 1), np.clip(x, 0, kaggle.WIDTH - 1)] = (
+        rng.integers(0, 60, (n, 60)))
+  return images
+
+
+def write_data_dir(path, n, seed):
+  """A train split in the Kaggle layout: all n images in shard 0, as real shards are large."""
+  rng = np.random.default_rng(seed)
+  ids = [f'Train_{i}' for i in range(n)]
+  kaggle.write_image_parquet(path / kaggle.image_parquet_name('train', 0), ids,
+                             synthetic_images(n, seed))
+  for shard in range(1, kaggle.NUM_SHARDS):
+    kaggle.write_image_parquet(path / kaggle.image_parquet_name('train', shard), [],
+                               np.zeros((0, kaggle.HEIGHT, kaggle.WIDTH), np.uint8))
+  labels = np.stack([rng.integers(0, c, n) for c in kaggle.NUM_CLASSES], 1)
+  lines = [','.join(kaggle.LABEL_COLUMNS)]
+  lines += [f'{image_id},{r},{v},{c},x' for image_id, (r, v, c) in zip(ids, labels)]
+  (path / 'train.csv').write_text('\n'.join(lines) + '\n')
+
+
+def pandas_load(parquet_path):
+  """The way public Kaggle notebooks read this data: the whole wide file through pandas."""
+  import pandas as pd  # only the references need pandas
+  frame = pd.read_parquet(parquet_path)
+  return frame.drop(columns='image_id').to_numpy().reshape(-1, kaggle.HEIGHT, kaggle.WIDTH)
+
+
+def pandas_load_split(data_dir, split='train'):
+  """All of a split's image files loaded that way, in one array (notebooks concatenate them)."""
+  return np.concatenate([pandas_load(os.path.join(data_dir, kaggle.image_parquet_name(split, i)))
+                         for i in range(kaggle.NUM_SHARDS)])
+
+
+def pandas_batches(images, batch, seed=0):
+  """Shuffled uint8 batches from the loaded array, as those notebooks' generators make them."""
+  order = np.random.default_rng(seed).permutation(len(images))
+  for begin in range(0, len(images), batch):
+    yield np.ascontiguousarray(images[order[begin:begin + batch]])
+
+
+def pandas_reference(parquet_path, batch):
+  """Images per second the Kaggle-notebook way: (load + batches, batches once loaded)."""
+  start = time.perf_counter()
+  images = pandas_load(parquet_path)
+  loaded = time.perf_counter()
+  for _ in pandas_batches(images, batch):
+    pass
+  end = time.perf_counter()
+  return len(images) / (end - start), len(images) / (end - loaded)

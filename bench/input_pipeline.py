@@ -1,0 +1,233 @@
+"""Input pipeline throughput: Kaggle conversion, grapheme batches, fragment batches.
+
+  python -m bench.input_pipeline [--quick]
+
+Every figure is against a reference timed in turns with it, fastest of `repeats` each:
+
+- convert: the Kaggle wide parquet files -> the prepared layout (`prepare.prepare`:
+  validation, decode, transpose, write and fsync), megabytes of pixels per second, against
+  reading the same files the Kaggle-notebook way (pandas.read_parquet + to_numpy: decoding
+  alone, nothing checked or written). No target: it runs once per dataset.
+- grapheme batches: the trainer's own pipeline (`bengrapheme.input.train_dataset`: grain,
+  shuffled, batched, threads as in configs/grapheme.py:kaggle) over the prepared split, uint8
+  137x236 batches, against the way public notebooks read this data: pandas.read_parquet of
+  the four files, reshape, then shuffled batches from memory, one pass over the images with
+  the load included. How fast those batches come once everything is loaded is in the note:
+  a notebook pays the load once per run, this pipeline never (and never holds the 6.5 GB).
+- fragment reader: `retrieval.reader.FragmentSource` (JPEG decode, fit into the
+  configs/fragments.py:hisfrag20 square, validity checks) through the same grain pipeline,
+  against a plain single-threaded PIL loop doing the decode and fit alone.
+- fragment batches from the cache: what training reads every epoch (`retrieval.task` decodes
+  each fragment once into a memory-mapped array), against the same PIL loop.
+
+The grain pipelines are timed once running: each grain thread builds a whole batch, so the
+first batches take a round of num_threads batches; that start is read untimed (see _stream).
+
+Data is synthetic: Kaggle-layout images from bench.common (paper noise and strokes), and
+fragments cut by retrieval.synth from a few synthetic pages, copied under new names up to
+the count needed (the same JPEG bytes decode at the same cost).
+"""
+import argparse
+import json
+import os
+import pathlib
+import random
+import shutil
+import tempfile
+import time
+
+import numpy as np
+from PIL import Image
+
+from bench import common
+from bengrapheme import input as input_lib
+from bengrapheme.grapheme import kaggle, prepare
+
+BATCH = 256  # configs/grapheme.py:kaggle train.batch_size
+# Small, so that the batches in flight (one per grain thread) are few next to an epoch.
+FRAGMENT_BATCH = 8
+
+
+def _megabytes(n):
+  return n * kaggle.NUM_PIXELS / 1e6
+
+
+def _stream(source, batch, num_threads):
+  """Times an epoch's worth of batches of the trainer's shuffled stream once it runs.
+
+  Each grain thread builds a whole batch, so the first batch comes only after num_threads
+  batches' work; a training run reads for hours, so the rate that counts is the one after
+  that start: num_threads batches are read untimed first.
+  """
+  it = iter(input_lib.train_dataset(source, batch_size=batch, seed=0, process_index=0,
+                                    process_count=1, num_threads=num_threads))
+  try:
+    for _ in range(num_threads):
+      next(it)
+    start = time.perf_counter()
+    count = sum(len(next(it)['index']) for _ in range(len(source) // batch))
+    return common.Timed(time.perf_counter() - start, count)
+  finally:
+    it.close()  # cancels the read-ahead not yet started; what runs is let finish untimed
+    common.settle()
+
+
+def grapheme_benchmarks(workdir, n, repeats):
+  from configs import grapheme as grapheme_config
+  num_threads = grapheme_config.get_config('kaggle').input.num_threads
+  data_dir = workdir / 'kaggle'
+  data_dir.mkdir()
+  common.write_data_dir(data_dir, n, seed=0)
+  megabytes = _megabytes(n)
+
+  # Conversion: a fresh cache dir per repeat, so that each one converts.
+  caches = iter(range(repeats))
+
+  def convert():
+    return prepare.prepare(data_dir, 'train', workdir / f'prepared-{next(caches)}')
+
+  best = common.interleaved({'pandas': lambda: common.pandas_load_split(data_dir),
+                             'prepare': convert}, repeats)
+  reference, ours = megabytes / best['pandas'][0], megabytes / best['prepare'][0]
+  rows = [common.record(
+      'Kaggle parquet -> prepared layout (convert)', ours, 'MB/s',
+      'pandas.read_parquet + to_numpy (read only)', reference, ratio=ours / reference,
+      repeats=repeats,
+      note=f'{n:,} images of 137x236 (in the first of the 4 wide parquet files; both sides '
+           'read all 4); validation, decode, transpose, write + fsync')]
+  prepared = best['prepare'][1]
+  for path in workdir.glob('prepared-*'):
+    if path != prepared.parent:  # keep one copy, for the batches
+      shutil.rmtree(path)
+
+  # Batches: an epoch of the trainer's pipeline against an epoch the notebook way.
+  source = prepare.GraphemeSource(prepared)
+  loaded = common.pandas_load_split(data_dir)
+  best = common.interleaved({
+      'pandas': lambda: sum(len(b) for b in common.pandas_batches(
+          common.pandas_load_split(data_dir), BATCH)),
+      'grain': lambda: _stream(source, BATCH, num_threads),
+      # Not a contender: how fast those batches come once the file is in memory.
+      'loaded': lambda: sum(len(b) for b in common.pandas_batches(loaded, BATCH)),
+  }, repeats)
+  del loaded
+  reference, ours = n / best['pandas'][0], best['grain'][1] / best['grain'][0]
+  ratio = ours / reference
+  rows.append(common.record(
+      'grapheme uint8 batches via grain (prepared layout)', ours, 'images/s',
+      'pandas.read_parquet + reshape, shuffled batches', reference, ratio=ratio,
+      target='>= 5x and >= 10,000 images/s', passed=ratio >= 5 and ours >= 10_000,
+      repeats=repeats,
+      note=f'{n:,} images, batch {BATCH}, {num_threads} grain threads, '
+           f'{os.cpu_count()} cores; the notebook way makes '
+           f'{n / best["loaded"][0]:,.0f} images/s once the file is loaded'))
+  return rows
+
+
+def fragment_folder(workdir, n, pages):
+  """n fragment JPEGs named WID_PID_FID.jpg: synthetic fragments, copied under new names."""
+  from retrieval import synth
+  pieces = workdir / 'pieces'
+  synth.write_dataset(str(pieces), 1, 1, pages, seed=0, workers=1)  # pages a writer
+  files = sorted(pieces.glob('*/*.jpg'))
+  folder = workdir / 'fragments' / 'test'
+  folder.mkdir(parents=True)
+  for i in range(n):
+    # 40 writers of 2 pages each, like HisFrag20's few fragments per page.
+    shutil.copyfile(files[i % len(files)], folder / f'{i % 40 + 1}_{i % 80 + 1}_{i + 1}.jpg')
+  shutil.rmtree(pieces)
+  return folder
+
+
+def pil_fit(path, size, color):
+  """The plain PIL way: decode, fit into size x size keeping the aspect, centre on black."""
+  with Image.open(path) as image:
+    image = image.convert('RGB' if color else 'L')
+    scale = size / max(image.size)
+    new = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+    image = image.resize(new, Image.Resampling.BILINEAR)
+    canvas = Image.new(image.mode, (size, size))
+    canvas.paste(image, ((size - new[0]) // 2, (size - new[1]) // 2))
+    return np.asarray(canvas)
+
+
+def pil_loop(paths, size, color, batch):
+  order = list(paths)
+  random.Random(0).shuffle(order)
+  count = 0
+  for begin in range(0, len(order) // batch * batch, batch):
+    count += len(np.stack([pil_fit(p, size, color) for p in order[begin:begin + batch]]))
+  return count
+
+
+def fragment_benchmarks(workdir, n, pages, repeats):
+  from configs import fragments as fragments_config
+  from retrieval import reader, task
+  config = fragments_config.get_config('hisfrag20')
+  size, color = config.input.load_size, config.input.color
+  num_threads = config.input.num_threads
+  folder = fragment_folder(workdir, n, pages)
+  paths = sorted(str(p) for p in folder.iterdir())
+  source = reader.FragmentSource(str(folder), size, color)
+  best = common.interleaved({
+      'pil': lambda: pil_loop(paths, size, color, FRAGMENT_BATCH),
+      'reader': lambda: _stream(source, FRAGMENT_BATCH, num_threads),
+  }, repeats)
+  reference, ours = best['pil'][1] / best['pil'][0], best['reader'][1] / best['reader'][0]
+  mode = 'colour' if color else 'grey'
+  rows = [common.record(
+      f'fragment reader: JPEG decode + fit to {size} ({mode}) via grain', ours, 'images/s',
+      'plain PIL loop (decode + fit, one thread)', reference, ratio=ours / reference,
+      target='>= 5x', passed=ours / reference >= 5, repeats=repeats,
+      note=f'{n:,} synthetic fragments (~{_mean_side(paths):.0f} px), '
+           f'{num_threads} grain threads, {os.cpu_count()} cores')]
+
+  # What training reads per epoch: the fragments decoded once into a memory map.
+  config.unlock()
+  config.data.dir = str(folder.parent)
+  config.data.cache_dir = str(workdir / 'fragment-cache')
+  start = time.perf_counter()
+  cached = task.source(config, str(workdir), 'test')
+  build = time.perf_counter() - start
+  best = common.interleaved({
+      'pil': lambda: pil_loop(paths, size, color, FRAGMENT_BATCH),
+      'cache': lambda: _stream(cached, FRAGMENT_BATCH, num_threads),
+  }, repeats)
+  reference, ours = best['pil'][1] / best['pil'][0], best['cache'][1] / best['cache'][0]
+  rows.append(common.record(
+      f'fragment batches from the decoded cache ({size}x{size} {mode}) via grain', ours,
+      'images/s', 'plain PIL loop (decode + fit, one thread)', reference,
+      ratio=ours / reference, target='>= 5x', passed=ours / reference >= 5, repeats=repeats,
+      note=f'the cache is built once per split ({n / build:,.0f} fragments/s here)'))
+  return rows
+
+
+def _mean_side(paths):
+  sides = []
+  for p in paths[:50]:
+    with Image.open(p) as image:
+      sides.append(max(image.size))
+  return float(np.mean(sides))
+
+
+def run(quick):
+  repeats = 2 if quick else 3
+  workdir = pathlib.Path(tempfile.mkdtemp(prefix='bench-input-'))
+  try:
+    rows = grapheme_benchmarks(workdir, 2_000 if quick else 10_000, repeats)
+    rows += fragment_benchmarks(workdir, 64 if quick else 256, 1 if quick else 2, repeats)
+  finally:
+    shutil.rmtree(workdir, ignore_errors=True)
+  return rows
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--quick', action='store_true')
+  args = parser.parse_args()
+  for row in run(args.quick):
+    print(json.dumps(row))
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,242 @@
+"""Runs every benchmark; writes bench/results.json and the table in README.md.
+
+  python -m bench.run                      # everything, full size (~15 minutes on 2 cores)
+  python -m bench.run --quick              # reduced sizes, a smoke run (~2-3 minutes)
+  python -m bench.run --only metrics_speed sharding
+
+Each module runs in a fresh Python process (no jax state, compiled code or memory carries
+over from one to the next); a module that fails is reported and the others still run. With
+--only, the other modules' rows in results.json are kept, so the table stays complete.
+
+Contract for a bench module (bench/NAME.py, listed in MODULES):
+
+  def run(quick: bool) -> list[dict]
+
+  Each dict is one row of the table (bench.common.record builds one):
+    name             str, unique across the bench, e.g. 'grapheme uint8 batches via grain'
+    value            float, the measured figure, in `unit`
+    unit             str, e.g. 'images/s', 'MB/s', 'ms', 's', 'GB'
+    reference        str or None: what it is measured against, e.g. 'sklearn recall_score'
+    reference_value  float or None, in the same unit
+    ratio            float or None: how many times better than the reference; higher is
+                     better whatever the unit (value / reference for rates, reference /
+                     value for times)
+    target           str or None, e.g. '>= 5x', '>= 5x and >= 10,000 images/s', '<= 2 GB'
+    passed           bool, or None when there is no target
+    repeats          int: the fastest of how many repeats (optional, default None)
+    note             str (optional): sizes, settings, caveats, shown in the table
+
+  Rules: measure the reference in the same run on the same machine, in turns with the
+  contender (A, B, A, B, ...: bench.common.interleaved / time_workers), and keep the fastest
+  repeat of each, so load from other processes cannot make a ratio. Assert that results the
+  contender and reference should agree on are equal. --quick should take well under a
+  minute per module, a full run a few minutes. Print progress to stderr, not stdout.
+"""
+import argparse
+import collections
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from bench import common
+
+MODULES = ('input_pipeline', 'train_step', 'metrics_speed', 'sharding')
+RESULTS = os.path.join(common.ROOT, 'bench', 'results.json')
+README = os.path.join(common.ROOT, 'README.md')
+BEGIN, END = '<!-- bench:begin -->', '<!-- bench:end -->'
+MODULE_TIMEOUT = 30 * 60  # a hung module must not hang the run
+
+
+def machine():
+  """Where the figures come from. The accelerator is probed in a child process, so that this
+  one never holds a device (jax would otherwise claim GPU memory the modules need)."""
+  model = platform.processor()
+  try:
+    with open('/proc/cpuinfo') as f:
+      model = next((line.split(':', 1)[1].strip() for line in f
+                    if line.startswith('model name')), model)
+  except OSError:
+    pass
+  probe = subprocess.run(
+      [sys.executable, '-c', 'import jax; print(jax.default_backend(), jax.device_count(), '
+       'jax.devices()[0].device_kind)'], capture_output=True, text=True, timeout=300)
+  backend = probe.stdout.strip() or f'unknown ({probe.stderr.strip()[-200:]})'
+  return dict(cpu_count=os.cpu_count(), cpu=model, platform=platform.platform(),
+              python=platform.python_version(), jax=_version('jax'),
+              jaxlib=_version('jaxlib'), jax_backend=backend)
+
+
+def _version(package):
+  try:
+    return importlib.metadata.version(package)
+  except importlib.metadata.PackageNotFoundError:
+    return None
+
+
+def run_module(name, quick):
+  """Runs bench/NAME.py's run(quick) in a child process; returns (rows, error or None)."""
+  with tempfile.TemporaryDirectory(prefix='bench-run-') as tmp:
+    out = os.path.join(tmp, 'rows.json')
+    command = [sys.executable, '-m', 'bench.run', '--child', name, '--out', out]
+    env = dict(os.environ)
+    env['PYTHONPATH'] = os.pathsep.join(filter(None, [common.ROOT, env.get('PYTHONPATH')]))
+    proc = subprocess.Popen(command + (['--quick'] if quick else []), cwd=common.ROOT,
+                            env=env, stderr=subprocess.PIPE, text=True)
+    timer = threading.Timer(MODULE_TIMEOUT, proc.kill)
+    timer.start()
+    tail = collections.deque(maxlen=40)
+    try:
+      for line in proc.stderr:  # shown live, and the end kept for the error report
+        sys.stderr.write(line)
+        tail.append(line)
+      code = proc.wait()
+    finally:
+      timer.cancel()
+    if code != 0:
+      return [], f'exit code {code}: ' + ''.join(tail)[-3000:]
+    with open(out) as f:
+      return json.load(f), None
+
+
+def _child(name, quick, out):
+  # A dotted name is a module from elsewhere (tests/test_bench.py runs a fake one).
+  module = importlib.import_module(name if '.' in name else f'bench.{name}')
+  rows = module.run(quick)
+  required = ('name', 'value', 'unit', 'reference', 'reference_value', 'ratio', 'target',
+              'passed')
+  for row in rows:
+    missing = [k for k in required if k not in row]
+    if missing:
+      raise ValueError(f'bench.{name}: row {row.get("name")!r} lacks {missing}')
+  with open(out, 'w') as f:
+    json.dump(rows, f)
+
+
+# ---------------------------------------------------------------- results and table
+
+
+def _number(v):
+  if v is None:
+    return ''
+  if abs(v) >= 100:
+    return f'{v:,.0f}'
+  return f'{v:.3g}'
+
+
+def table(results):
+  m = results['machine']
+  quick = any(entry['quick'] for entry in results['modules'].values())
+  lines = [
+      f'`python -m bench.run{" --quick" if quick else ""}`, {results["date"][:10]}: '
+      f'{m["cpu_count"]} CPU cores ({m["cpu"]}), jax {m["jax"]} ({m["jax_backend"]}). '
+      'Each ratio is against the reference measured in the same run, in turns with it, '
+      'fastest of `repeats` each; higher is better. Full data: `bench/results.json`.',
+  ]
+  loads = [x for e in results['modules'].values() for x in e.get('load_average', [])]
+  if loads:
+    lines[0] += (f' Load average from other processes during the run: {min(loads):.1f}-'
+                 f'{max(loads):.1f} on {m["cpu_count"]} cores.')
+  if quick:
+    lines.append('')
+    lines.append('**--quick run: reduced sizes, a smoke test; not the figures to quote.**')
+  lines += ['', '| benchmark | result | reference | ratio | target | | notes |',
+            '|---|---|---|---|---|---|---|']
+  for row in results['results']:
+    reference = row['reference'] or ''
+    if row['reference_value'] is not None:
+      reference += f': {_number(row["reference_value"])} {row["unit"]}'
+    ratio = '' if row['ratio'] is None else f'{_number(row["ratio"])}x'
+    verdict = {True: 'pass', False: '**miss**', None: ''}[row['passed']]
+    cells = [row['name'], f'{_number(row["value"])} {row["unit"]}', reference, ratio,
+             row['target'] or '', verdict, row.get('note', '')]
+    lines.append('| ' + ' | '.join(c.replace('|', '\\|') for c in cells) + ' |')
+  for name, entry in results['modules'].items():
+    if entry.get('error'):
+      lines.append('')
+      lines.append(f'`bench/{name}.py` failed: {entry["error"].strip().splitlines()[-1]}')
+  return '\n'.join(lines)
+
+
+def write_readme(path, text):
+  with open(path) as f:
+    readme = f.read()
+  begin, end = readme.find(BEGIN), readme.find(END)
+  if begin < 0 or end < begin:
+    raise ValueError(f'{path}: no {BEGIN} ... {END} section to write the table into')
+  readme = readme[:begin + len(BEGIN)] + '\n' + text + '\n' + readme[end:]
+  _atomic_write(path, readme)
+
+
+def _atomic_write(path, text):
+  tmp = f'{path}.tmp-{os.getpid()}'
+  with open(tmp, 'w') as f:
+    f.write(text)
+  os.replace(tmp, path)
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--quick', action='store_true', help='reduced sizes (a smoke run)')
+  parser.add_argument('--only', nargs='+', choices=MODULES, metavar='NAME',
+                      help=f'run only these modules ({", ".join(MODULES)})')
+  parser.add_argument('--results', default=RESULTS, help='where to write results.json')
+  parser.add_argument('--readme', default=README,
+                      help="README whose bench section to rewrite ('' to leave it)")
+  parser.add_argument('--child', help=argparse.SUPPRESS)
+  parser.add_argument('--out', help=argparse.SUPPRESS)
+  args = parser.parse_args()
+  if args.child:
+    return _child(args.child, args.quick, args.out)
+
+  names = args.only or list(MODULES)
+  results = dict(results=[], modules={})
+  if args.only and os.path.exists(args.results):
+    with open(args.results) as f:
+      results = json.load(f)
+  started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
+  info = machine()
+  for name in names:
+    print(f'== bench/{name}.py', file=sys.stderr, flush=True)
+    start, load = time.perf_counter(), os.getloadavg()[0]
+    if not os.path.exists(os.path.join(common.ROOT, 'bench', f'{name}.py')):
+      rows, error = [], f'bench/{name}.py does not exist'
+    else:
+      rows, error = run_module(name, args.quick)
+    for row in rows:
+      row['module'] = name
+    results['results'] = [r for r in results['results'] if r.get('module') != name] + rows
+    # Load from other processes on the machine, before and after: the ratios are meant to
+    # survive it, the absolute figures do not.
+    results['modules'][name] = dict(date=started, quick=args.quick, error=error,
+                                    seconds=round(time.perf_counter() - start, 1),
+                                    load_average=[load, os.getloadavg()[0]], machine=info)
+    for row in rows:
+      verdict = {True: 'pass', False: 'MISS', None: '-'}[row['passed']]
+      ratio = '' if row['ratio'] is None else f'{row["ratio"]:.2f}x'
+      print(f'  {row["name"]}: {_number(row["value"])} {row["unit"]} {ratio} '
+            f'[{row["target"] or "no target"}: {verdict}]', file=sys.stderr, flush=True)
+    if error:
+      print(f'  FAILED: {error.strip().splitlines()[-1] if error.strip() else error}',
+            file=sys.stderr, flush=True)
+  # Rows in the order of MODULES, whatever order the runs came in.
+  results['results'].sort(key=lambda r: MODULES.index(r['module'])
+                           if r.get('module') in MODULES else len(MODULES))
+  results.update(date=started, machine=info)
+  _atomic_write(args.results, json.dumps(results, indent=1) + '\n')
+  if args.readme:
+    write_readme(args.readme, table(results))
+  print(f'wrote {args.results}' + (f' and {args.readme}' if args.readme else ''),
+        file=sys.stderr)
+  failed = [n for n in names if results['modules'][n]['error']]
+  return 1 if failed else 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,110 @@
+"""Sharding overhead: the trainer's step on 1, 2, 4, 8 simulated devices, one global batch.
+
+  python -m bench.sharding [--quick]
+
+Each device count runs in a process of its own (XLA_FLAGS=--xla_force_host_platform_device_
+count=N must be set before jax starts) with the trainer's own `init_state` and
+`make_train_step` on configs/grapheme.py:demo (ResNet-10 at 56x96, global batch 128, the
+batch split over the `data` axis). The processes are started and compiled first, then take
+turns timing a few steps each, so that load from elsewhere hits every count alike.
+
+This checks that sharding adds little overhead on one host, not a speed-up: simulated devices
+share the same cores, so the best possible is the 1-device time. Ratio = 1-device step time /
+N-device step time.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+from bench import common
+
+DEVICE_COUNTS = (1, 2, 4, 8)
+
+
+def _worker(devices, steps):
+  def setup():
+    import jax
+    from bengrapheme import parallel, train
+    from bengrapheme.grapheme.kaggle import NUM_CLASSES
+    from configs import grapheme
+    assert jax.device_count() == devices, jax.devices()
+    config = grapheme.get_config('demo')
+    task = train.load_task(config)
+    mesh = parallel.make_mesh(config.mesh)
+    graphdef, state = train.init_state(config, task, mesh)
+    shardings = jax.tree.map(lambda x: x.sharding, state)
+    step = train.make_train_step(config, task, graphdef, mesh, shardings)
+    n = config.train.batch_size
+    rng = np.random.default_rng(0)
+    batch = parallel.global_batch(mesh, dict(
+        image=common.synthetic_images(n, seed=0),
+        labels=np.stack([rng.integers(0, c, n) for c in NUM_CLASSES], 1).astype(np.int32),
+        grapheme=rng.integers(-1, 1295, n).astype(np.int32),
+        index=np.arange(n, dtype=np.int32)))
+    holder = [state]
+
+    def run_steps(k):
+      for _ in range(k):
+        holder[0], scalars = step(holder[0], batch)  # the state is donated: keep the new one
+      jax.block_until_ready((holder[0], scalars))
+      return float(scalars['loss'])
+
+    start = time.perf_counter()
+    run_steps(2)  # compiles, then one step as it will run
+    info = dict(compile=time.perf_counter() - start, batch=n)
+    return (lambda: run_steps(steps)), info
+
+  common.serve(setup)
+
+
+def run(quick):
+  steps, repeats = (2, 2) if quick else (5, 3)
+  counts = (1, 8) if quick else DEVICE_COUNTS
+  workers = {}
+  try:
+    for n in counts:
+      flags = os.environ.get('XLA_FLAGS', '') + f' --xla_force_host_platform_device_count={n}'
+      # Compiling the step takes most of this benchmark's time (~40 s a device count on 2
+      # busy cores) and is not what it measures: later runs reuse the compiled steps.
+      cache = os.environ.get('JAX_COMPILATION_CACHE_DIR',
+                             os.path.join(common.ROOT, '.cache', 'bench-jax'))
+      workers[n] = common.Worker('bench.sharding', [str(n), str(steps)],
+                                 env=dict(XLA_FLAGS=flags.strip(), JAX_PLATFORMS='cpu',
+                                          JAX_COMPILATION_CACHE_DIR=cache))
+  except BaseException:
+    for w in workers.values():
+      w.kill()
+    raise
+  batch = workers[1].setup['batch']
+  timed = common.time_workers(workers, repeats)
+  one = timed[1][0] / steps
+  rows = []
+  for n in counts[1:]:
+    t = timed[n][0] / steps
+    rows.append(common.record(
+        f'train step on {n} simulated devices (global batch {batch})', t * 1e3, 'ms/step',
+        '1 device, same batch', one * 1e3, ratio=one / t, target='>= 0.8x',
+        passed=one / t >= 0.8, repeats=repeats,
+        note=f'configs/grapheme.py:demo; {steps} steps per repeat; {os.cpu_count()} cores '
+             'shared by all simulated devices'))
+  return rows
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--quick', action='store_true')
+  parser.add_argument('--worker', nargs=2, type=int, metavar=('DEVICES', 'STEPS'),
+                      help=argparse.SUPPRESS)
+  args = parser.parse_args()
+  if args.worker:
+    return _worker(*args.worker)
+  for row in run(args.quick):
+    print(json.dumps(row))
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,197 @@
+"""Training-step throughput: the trainer's jitted step against PyTorch on the same CPU.
+
+  python -m bench.train_step            # full
+  python -m bench.train_step --quick    # fewer steps, no augmentation row
+  (or through python -m bench.run, which writes the README table)
+
+JAX side: the real trainer step, `train.init_state` + `train.make_train_step` with the
+grapheme task's loss (weighted cross-entropy of the three component heads + the whole-grapheme
+head), global-norm clipping and AdamW with its schedule, state donated, on every local device.
+PyTorch side (bench/torch_models.py): the same network layer for layer (asserted: equal
+parameter tensor sizes), the same loss, clipping and AdamW (fused, no decay on vectors) with
+the same schedule; eager, NCHW (faster here than channels_last). torch==2.13.0 comes from
+bench/requirements-bench.txt, never requirements.txt.
+
+Fairness: both sides take the same uint8 batch at the model's input size and invert/scale it
+inside the step; nothing else happens to the images on either side. The trainer's on-device
+augmentation (affine warp, GridMask, CutMix) and crop-to-ink are switched off for the
+comparison, since a PyTorch pipeline runs its augmentation in DataLoader workers, outside the
+step. A last row (full runs only) shows the JAX step with them on (the demo config exactly as
+trained, from raw 137x236 images) against the bare JAX step.
+
+Cases: (a) the grapheme demo model (configs/grapheme.py:demo: ResNet-10, width 24, imagenet
+stem, 56x96, batch 128); (b) a ResNet-18 (width 64, imagenet stem, one input channel, the same
+heads) at 128x128, batch 64. Threads: torch.set_num_threads(cores available); XLA's CPU
+client already runs one thread per available core.
+
+Each side lives in a worker process of its own (bench.common.Worker: set up and compiled once,
+then one timed repeat of a few steps per request), the two taking turns, fastest repeat kept.
+The jit compile time is `jitted.lower(state, batch).compile()` (trace + lower + XLA compile).
+"""
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+from bench import common
+
+CASES = {
+    # name: (model args, None for the demo's own; input size; batch)
+    'grapheme_demo': (None, (56, 96), 128),
+    'resnet18_128': (dict(depth=18, width=64, stem='imagenet', dtype='float32'), (128, 128), 64),
+}
+RAW_SIZE = (137, 236)  # the Kaggle image the as-trained demo step crops and augments on device
+
+
+def cores():
+  return len(os.sched_getaffinity(0))
+
+
+def make_config(case, augment=False):
+  """configs/grapheme.py:demo resized to the case, augmentation and crop-to-ink off; with
+  `augment`, the demo config exactly as trained."""
+  sys.path.insert(0, common.ROOT)
+  from configs import grapheme
+  c = grapheme.get_config('demo')
+  if augment:
+    return c
+  args, size, batch = CASES[case]
+  if args is not None:
+    c.model.args = args
+  c.input.size, c.train.batch_size = size, batch
+  c.input.crop_to_ink = False
+  c.aug.update(affine=False, cutout_prob=0.0, grid_mask_prob=0.0, mix_prob=0.0)
+  return c
+
+
+def synthetic_batch(config, size, seed=0):
+  rng = np.random.default_rng(seed)
+  b = config.train.batch_size
+  labels = np.stack([rng.integers(0, n, b) for n in (168, 11, 7)], 1).astype(np.int32)
+  return dict(image=rng.integers(0, 256, (b, *size), dtype=np.uint8), labels=labels,
+              grapheme=rng.integers(0, 1295, b).astype(np.int32))
+
+
+# ---------------------------------------------------------------- workers (one per process)
+
+
+def jax_setup(case, augment, steps):
+  import jax
+  from bengrapheme import parallel, train
+  from bengrapheme.grapheme import task
+  config = make_config(case, augment)
+  size = RAW_SIZE if augment else tuple(config.input.size)
+  mesh = parallel.make_mesh(config.mesh)
+  graphdef, state = train.init_state(config, task, mesh)
+  shardings = jax.tree.map(lambda x: x.sharding, state)
+  jitted = train.make_train_step(config, task, graphdef, mesh, shardings)
+  batch = parallel.global_batch(mesh, synthetic_batch(config, size))
+  start = time.perf_counter()
+  step = jitted.lower(state, batch).compile()
+  compile_s = time.perf_counter() - start
+  holder = [state]
+
+  def run_once():
+    s = holder[0]
+    for _ in range(steps):
+      s, _ = step(s, batch)
+    jax.block_until_ready(s)
+    holder[0] = s
+
+  run_once()  # warm-up: first-touch allocations
+  params = sum(p.size for p in jax.tree.leaves(holder[0]['params']))
+  return run_once, dict(compile_s=compile_s, batch=config.train.batch_size, params=int(params))
+
+
+def torch_setup(case, steps):
+  import torch
+  from flax import nnx
+  from bench import torch_models
+  from bengrapheme.grapheme import task
+  torch.set_num_threads(cores())
+  torch.manual_seed(0)
+  config = make_config(case)
+  model, step = torch_models.make_step(config)
+  # The JAX model's parameter shapes, from an abstract init (no compute, no memory).
+  jax_model = nnx.eval_shape(lambda: task.make_model(config, nnx.Rngs(0)))
+  params = torch_models.check_same_parameters(model, nnx.state(jax_model, nnx.Param))
+  b = synthetic_batch(config, tuple(config.input.size))
+  images = torch.from_numpy(b['image'])
+  labels, grapheme = torch.from_numpy(b['labels']).long(), torch.from_numpy(b['grapheme']).long()
+
+  def run_once():
+    for _ in range(steps):
+      step(images, labels, grapheme)
+
+  run_once()
+  return run_once, dict(batch=config.train.batch_size, params=params)
+
+
+# ---------------------------------------------------------------- driver
+
+
+def _log(*args):
+  print('  train_step:', *args, file=sys.stderr, flush=True)
+
+
+def run(quick: bool) -> list[dict]:
+  steps, repeats = (1, 2) if quick else (3, 4)
+  rows, bare = [], None
+  for case in CASES:
+    _log(f'{case}: compiling / setting up both sides')
+    workers = {'jax': common.Worker('bench.train_step', ['jax', case, str(steps)]),
+               'torch': common.Worker('bench.train_step', ['torch', case, str(steps)])}
+    info = {name: w.setup for name, w in workers.items()}
+    assert info['jax']['params'] == info['torch']['params'], info  # same network both sides
+    best = common.time_workers(workers, repeats)
+    batch = info['jax']['batch']
+    ips = {name: batch * steps / seconds for name, (seconds, _, _) in best.items()}
+    _log(f'{case}: jax {ips["jax"]:.1f} images/s, torch {ips["torch"]:.1f} images/s')
+    ratio = ips['jax'] / ips['torch']
+    rows.append(common.record(
+        f'train step, {case} (JAX vs PyTorch)', ips['jax'], 'images/s',
+        'PyTorch 2.13 CPU, eager, same model, loss, AdamW', ips['torch'], ratio=ratio,
+        target='>= 1.0x', passed=ratio >= 1.0, repeats=repeats,
+        note=f'{info["jax"]["params"]:,} params, batch {batch}, {steps} steps a repeat, '
+             f'f32, {cores()} threads; augmentation off on both sides'))
+    step_s = best['jax'][0] / steps
+    rows.append(common.record(
+        f'jit compile, {case}', info['jax']['compile_s'], 's', None, None, ratio=None,
+        note=f'lower + compile of the train step = {info["jax"]["compile_s"] / step_s:.0f} '
+             'steady steps'))
+    if case == 'grapheme_demo':
+      bare = (ips['jax'], batch)
+  if not quick:
+    _log('grapheme_demo as trained: crop-to-ink and augmentation on device')
+    workers = {'aug': common.Worker('bench.train_step', ['jax', 'grapheme_demo', str(steps),
+                                                         'augment']),
+               'bare': common.Worker('bench.train_step', ['jax', 'grapheme_demo', str(steps)])}
+    best = common.time_workers(workers, repeats)
+    ips = {name: bare[1] * steps / seconds for name, (seconds, _, _) in best.items()}
+    rows.append(common.record(
+        'train step, grapheme_demo with crop-to-ink + augmentation', ips['aug'], 'images/s',
+        'same JAX step without them', ips['bare'], ratio=ips['aug'] / ips['bare'],
+        repeats=repeats, note='raw 137x236 uint8 in; affine, GridMask, CutMix (demo config)'))
+  return rows
+
+
+def main():
+  p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  p.add_argument('--quick', action='store_true')
+  p.add_argument('--worker', nargs='+', help=argparse.SUPPRESS)
+  a = p.parse_args()
+  if a.worker:
+    side, case, steps, *rest = a.worker
+    if side == 'jax':
+      common.serve(lambda: jax_setup(case, 'augment' in rest, int(steps)))
+    else:
+      common.serve(lambda: torch_setup(case, int(steps)))
+    return
+  for row in run(a.quick):
+    print(row)
+
+
+if __name__ == '__main__':
+  main()

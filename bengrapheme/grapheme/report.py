@@ -1,0 +1,146 @@
+"""The grapheme sections of report.html: scores, seen vs unseen graphemes, recall per class,
+the most confused class pairs and misclassified images, with classes drawn as Bengali glyphs.
+
+Glyphs are drawn here (Pillow + raqm, the synthetic generator's font and shaping) rather than
+left to the browser, so the page shows correct conjuncts whatever fonts its viewer has.
+"""
+import functools
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from bengrapheme import metrics, report
+from bengrapheme.grapheme import classes, kaggle, synth
+
+GLYPH_FONT = 'Noto Sans Bengali'
+GLYPH_SCALE = 0.4  # of synth.FONT_SIZE (96 px): text about 38 px high
+SHORT = dict(zip(kaggle.COMPONENTS, ('root', 'vowel', 'consonant')))
+NUM_PAIRS = 12  # most confused (true, predicted) pairs listed, over all components
+NUM_WEAKEST = 5  # classes of lowest recall listed per component
+NUM_SAMPLES = 12  # misclassified images shown
+
+
+@functools.cache
+def glyph(text):
+  """Bengali text as an inline image; the text itself where the Debian font is missing."""
+  try:
+    ink = synth._draw_text(text, GLYPH_FONT)
+  except FileNotFoundError:  # e.g. on a Kaggle machine: the viewer's fonts will have to do
+    return report.tag('span', text, lang='bn')
+  size = [max(1, round(n * GLYPH_SCALE)) for n in ink.size]
+  return report.png(ImageOps.invert(ink.resize(size, Image.Resampling.LANCZOS)), alt=text,
+                    style='vertical-align: middle')
+
+
+def component_glyph(component, label):
+  """A class as its class-map string drawn, followed by its label."""
+  text = classes.component_string(component, label)
+  shown = 'none' if text == classes.NONE_LABEL else glyph(text)
+  return report.join(report.tag('span', shown), report.escape(f' {label}'))
+
+
+def sections(config, split, scores, details):
+  rule = details['rule']
+  labels, predictions = details['labels'], details['predictions']
+  confusion = metrics.confusion_from_labels(labels, predictions)
+  return [
+      report.tag('h2', f'Graphemes: split {split!r}'),
+      report.note(f'{scores["num_images"]:,} images ({scores["num_seen"]:,} of graphemes among '
+                  f'the 1,295 of training, {scores["num_unseen"]:,} of others). Prediction rule '
+                  f'{rule!r}; sections below show it over all images.'),
+      *seen_vs_unseen(scores),
+      *per_component_recall(scores, rule, confusion),
+      *confused_pairs(confusion),
+      *misclassified(details)]
+
+
+def _subsets(scores, rule):
+  return [s for s in ('all', 'seen', 'unseen') if f'{rule}/{s}/score' in scores]
+
+
+def seen_vs_unseen(scores):
+  rules = [r for r in ('heads', 'combined') if f'{r}/all/score' in scores]
+  keys = ('score', *kaggle.COMPONENTS)
+  rows = [[rule, subset, *[scores[f'{rule}/{subset}/{k}'] for k in keys]]
+          for rule in rules for subset in _subsets(scores, rule)]
+  charts = [report.bar_chart(
+      ['score', *SHORT.values()],
+      {s: [scores[f'{rule}/{s}/{k}'] for k in keys] for s in _subsets(scores, rule)},
+      title=f'{rule}: hierarchical macro recall', y_label='macro recall', width=420)
+      for rule in rules]
+  return [report.tag('h3', 'Seen vs unseen graphemes'),
+          report.note("Seen: the image's grapheme is one of the 1,295 training graphemes; "
+                      "unseen: a valid combination never in training (the private "
+                      "leaderboard's hard part). 'heads': the component heads alone; "
+                      "'combined': the whole-grapheme head where it is confident."),
+          report.table(['rule', 'graphemes', 'score', *SHORT.values()], rows),
+          report.row(*charts)]
+
+
+def per_component_recall(scores, rule, confusion):
+  charts, weakest = [], []
+  for component, matrix in zip(kaggle.COMPONENTS, confusion):
+    support = matrix.sum(1)
+    recall = np.where(support > 0, np.diag(matrix) / np.maximum(support, 1), np.nan)
+    many = len(recall) > 20
+    charts.append(report.bar_chart(
+        [str(c) for c in range(len(recall))], {'recall': recall},
+        title=f'{component}: recall per class (macro {scores[f"{rule}/all/{component}"]:.3f})',
+        y_label='recall', label_every=10 if many else 1, width=1100 if many else 420))
+    for c in np.argsort(np.where(support > 0, recall, np.inf), kind='stable')[:NUM_WEAKEST]:
+      if support[c]:
+        off = np.where(np.arange(len(recall)) == c, -1, matrix[c])
+        weakest.append([SHORT[component], component_glyph(component, int(c)), recall[c],
+                        int(support[c]), component_glyph(component, int(off.argmax()))
+                        if off.max() > 0 else '-'])
+  return [report.tag('h3', 'Per-component recall'),
+          report.note('Recall of each class over all images; a class with no image has no '
+                      'bar. Macro recall is the mean over the classes present.'),
+          report.row(*charts),
+          report.table(['component', 'weakest classes', 'recall', 'images',
+                        'most often predicted instead'], weakest)]
+
+
+def confused_pairs(confusion):
+  cells = []
+  for component, matrix in zip(kaggle.COMPONENTS, confusion):
+    off = matrix * (1 - np.eye(len(matrix), dtype=matrix.dtype))
+    cells += [(int(off[t, p]), component, int(t), int(p), int(matrix[t].sum()))
+              for t, p in zip(*np.nonzero(off))]
+  rows = [[SHORT[component], component_glyph(component, t), component_glyph(component, p),
+           count, count / support]
+          for count, component, t, p, support in sorted(cells, key=lambda c: -c[0])[:NUM_PAIRS]]
+  return [report.tag('h3', 'Most confused class pairs'),
+          report.table(['component', 'true class', 'predicted', 'images',
+                        'share of the true class'], rows) if rows else
+          report.note('No component was ever confused.')]
+
+
+def _triple(values, wrong):
+  return report.join(*[report.tag('span', f'{SHORT[c]} {v} ',
+                                  style=f'color: {report.WRONG}' if w else None)
+                       for c, v, w in zip(kaggle.COMPONENTS, values, wrong)])
+
+
+def misclassified(details):
+  labels, predictions = details['labels'], details['predictions']
+  wrong = np.flatnonzero((labels != predictions).any(1))
+  picks = wrong[np.unique(np.linspace(0, len(wrong) - 1, min(NUM_SAMPLES, len(wrong)))
+                          .round().astype(int))] if len(wrong) else []
+  cards = []
+  for k in picks:
+    image = details['source'][int(details['index'][k])]['image']
+    y, p = labels[k], predictions[k]
+    cards.append(report.tag(
+        'div', report.png(image, width=177, alt='image'),
+        report.tag('div', 'true ', glyph(classes.compose(*map(int, y))), ' ',
+                   _triple(y, y != p)),
+        report.tag('div', 'predicted ', glyph(classes.compose(*map(int, p))), ' ',
+                   _triple(p, y != p)),
+        report.tag('div', 'seen grapheme' if details['seen'][k] else 'unseen grapheme',
+                   class_='note'),
+        class_='card'))
+  return [report.tag('h3', 'Misclassified samples'),
+          report.note(f'{len(wrong):,} of {len(labels):,} images have a component wrong '
+                      '(in red); a spread of them:'),
+          report.row(*cards)]

@@ -1,0 +1,175 @@
+"""The fragment retrieval sections of report.html: encoder vs SRS-LBP, precision-recall
+curves, AP against fragment size, and queries with their top results marked right or wrong.
+
+Per-query AP and ranks are recomputed here, in numpy, block by block from the embeddings:
+the evaluator's kernel (retrieval/metrics.py) returns only averages. The rules are the
+evaluator's: the query itself is never retrieved and every tie counts against the query, so
+the mean of the per-query APs is the reported mAP.
+"""
+import numpy as np
+import scipy.spatial.distance
+
+from bengrapheme import report
+
+LABELINGS = ('writer', 'page')
+METRIC_NAMES = {'map': 'mAP', 'top1': 'Top-1', 'pr10': 'Pr@10', 'pr100': 'Pr@100'}
+RECALL_LEVELS = np.linspace(0.0, 1.0, 21)
+TOP_K = 8  # results shown per query
+NUM_QUERIES = 6  # queries shown, from the best to the worst writer AP
+SIZE_BINS = 8  # AP against size: mean AP of each eighth of the queries by size
+MAX_POINTS = 2000  # scatter dots drawn (the binned means use every query)
+THUMB = 96  # px
+
+
+def distances(queries, items, metric):
+  """float32 [len(queries), len(items)] distances that order items as retrieval.metrics does
+  (squared Euclidean for 'euclidean')."""
+  if metric == 'euclidean':
+    return (np.einsum('ij,ij->i', queries, queries)[:, None] - 2 * queries @ items.T +
+            np.einsum('ij,ij->i', items, items)[None])
+  if metric == 'cityblock':
+    return scipy.spatial.distance.cdist(queries, items, 'cityblock').astype(np.float32)
+  raise ValueError(f"metric {metric!r}: expected 'euclidean' or 'cityblock'")
+
+
+def rank_queries(embeddings, labelings, metric, *, top_k=TOP_K, block_size=256):
+  """Every item as a query against all others.
+
+  Returns (ap, pr, top): ap {labeling: [N] AP of each query, NaN for a query without a
+  relevant item}; pr {labeling: [len(RECALL_LEVELS)] interpolated precision at each recall
+  level, averaged over the queries with a relevant item}; top [N, top_k] each query's nearest
+  items, nearest first. Memory: one block of block_size x N distances at a time.
+  """
+  x = np.asarray(embeddings, np.float32)
+  n = len(x)
+  k = min(top_k, n - 1)
+  groups = {}
+  for name, labels in labelings.items():
+    codes = np.unique(labels, return_inverse=True)[1].reshape(n)
+    members = np.split(np.argsort(codes, kind='stable'), np.cumsum(np.bincount(codes))[:-1])
+    groups[name] = codes, members
+  ap = {name: np.full(n, np.nan) for name in labelings}
+  pr = {name: np.zeros(len(RECALL_LEVELS)) for name in labelings}
+  top = np.zeros((n, k), np.int64)
+  for start in range(0, n, block_size):
+    d = distances(x[start:start + block_size], x, metric)
+    rows = np.arange(len(d))
+    d[rows, start + rows] = np.inf  # the query itself is never retrieved
+    nearest = np.argpartition(d, k - 1, axis=1)[:, :k]
+    top[start:start + len(d)] = np.take_along_axis(
+        nearest, np.argsort(np.take_along_axis(d, nearest, 1), 1, kind='stable'), 1)
+    ordered = np.sort(d, axis=1)
+    for r in rows:
+      q = start + r
+      for name, (codes, members) in groups.items():
+        relevant = members[codes[q]]
+        found = np.sort(d[r, relevant[relevant != q]])
+        if not len(found):
+          continue
+        i = np.arange(1, len(found) + 1)
+        # The i-th nearest relevant item's rank: every item at or below its distance, less
+        # the relevant ones among them, plus i (the order among tied relevant items changes
+        # no metric).
+        ranks = (np.searchsorted(ordered[r], found, 'right') -
+                 np.searchsorted(found, found, 'right') + i)
+        precision = i / ranks
+        ap[name][q] = precision.mean()
+        # Interpolated precision at recall R: the best precision at any recall >= R.
+        best = np.maximum.accumulate(precision[::-1])[::-1]
+        pr[name] += best[np.maximum(np.ceil(RECALL_LEVELS * len(found) - 1e-9) - 1, 0)
+                         .astype(int)]
+  for name in labelings:
+    pr[name] /= max(np.isfinite(ap[name]).sum(), 1)
+  return ap, pr, top
+
+
+def sections(config, split, scores, details):
+  src = details['source']
+  labelings = {'writer': src.writer_ids, 'page': src.page_ids}
+  ranked = {method: rank_queries(x, labelings, metric)
+            for method, (x, metric) in details['embeddings'].items()}
+  return [report.tag('h2', f'Fragments: split {split!r}'),
+          report.note(f'{len(src):,} fragments of {len(np.unique(src.writer_ids)):,} writers '
+                      f'and {len(np.unique(src.page_ids)):,} pages; every fragment is a query '
+                      'against all others.'),
+          *methods(scores), *pr_curves(ranked), *ap_against_size(ranked, src.valid_pixels),
+          *query_grid(ranked['encoder'], src)]
+
+
+def methods(scores):
+  names = list(dict.fromkeys(k.split('/')[0] for k in scores if k.count('/') == 2))
+  columns = [(labeling, k) for labeling in LABELINGS for k in METRIC_NAMES]
+  headers = [f'{labeling} {METRIC_NAMES[k]}' for labeling, k in columns]
+  rows = [[name, *[scores[f'{name}/{labeling}/{k}'] for labeling, k in columns]]
+          for name in names]
+  chart = report.bar_chart(headers, {name: row[1:] for name, row in zip(names, rows)},
+                           title='Retrieval scores by method', y_label='score', width=900)
+  parts = [report.tag('h3', 'Encoder vs SRS-LBP'), report.table(['method', *headers], rows),
+           chart]
+  if 'srs_lbp' not in names:
+    parts.insert(1, report.note('SRS-LBP is scored on the test split when '
+                                'config.eval.srs_lbp is on.'))
+  return parts
+
+
+def pr_curves(ranked):
+  lines = {f'{method} {labeling}': (RECALL_LEVELS, pr[labeling])
+           for method, (_, pr, _) in ranked.items() for labeling in LABELINGS}
+  return [report.tag('h3', 'Precision-recall curve'),
+          report.note('Precision at each recall level, interpolated (the best precision at '
+                      'that recall or higher), averaged over the queries with a relevant item.'),
+          report.xy_chart(lines=lines, title='Precision-recall', x_label='recall',
+                          y_label='precision', y_range=(0.0, 1.0), width=640, height=380)]
+
+
+def ap_against_size(ranked, valid_pixels):
+  charts = []
+  for labeling in LABELINGS:
+    lines, points = {}, {}
+    for method, (ap, _, _) in ranked.items():
+      queries = np.flatnonzero(np.isfinite(ap[labeling]))
+      by_size = np.array_split(queries[np.argsort(valid_pixels[queries], kind='stable')],
+                               min(SIZE_BINS, len(queries)))
+      lines[method] = ([np.median(valid_pixels[b]) for b in by_size],
+                       [ap[labeling][b].mean() for b in by_size])
+      if method == 'encoder':
+        step = max(1, len(queries) // MAX_POINTS)
+        points[method] = valid_pixels[queries[::step]], ap[labeling][queries[::step]]
+    charts.append(report.xy_chart(
+        lines=lines, points=points, title=f'{labeling} retrieval: AP against fragment size',
+        x_label='valid (non-black) pixels of the query fragment', y_label='AP', log_x=True,
+        y_range=(0.0, 1.0)))
+  return [report.tag('h3', 'AP against fragment size'),
+          report.note('Dots: the AP of each query fragment (encoder). Lines: the mean AP of '
+                      f'each of {SIZE_BINS} equal groups of queries by size, drawn at their '
+                      'median size (as in the HisFrag20 paper: small fragments are hard).'),
+          report.row(*charts)]
+
+
+def _thumbnail(src, i, colour, caption):
+  return report.tag('figure', report.png(src[int(i)]['image'], fit=THUMB, alt=src.names[i],
+                                         style=f'border: 3px solid {colour}'),
+                    report.tag('figcaption', caption))
+
+
+def query_grid(ranked, src):
+  ap, _, top = ranked
+  queries = np.flatnonzero(np.isfinite(ap['writer']))
+  queries = queries[np.argsort(-ap['writer'][queries], kind='stable')]
+  shown = queries[np.unique(np.linspace(0, len(queries) - 1, min(NUM_QUERIES, len(queries)))
+                            .round().astype(int))]
+  rows = []
+  for q in shown:
+    cells = [_thumbnail(src, q, '#1f77b4', f'{src.names[q]} AP {ap["writer"][q]:.2f}')]
+    for rank, i in enumerate(top[q], 1):
+      same_writer = src.writer_ids[i] == src.writer_ids[q]
+      what = ('same page' if src.page_ids[i] == src.page_ids[q] else
+              'same writer' if same_writer else 'other writer')
+      cells.append(_thumbnail(src, i, report.RIGHT if same_writer else report.WRONG,
+                              f'{rank}. {what}'))
+    rows.append(cells)
+  return [report.tag('h3', 'Queries and their top results'),
+          report.note(f'Encoder: queries (blue) from the best to the worst writer AP, each '
+                      f'with its {top.shape[1]} nearest fragments; green: same writer (right), '
+                      'red: another writer (wrong).'),
+          report.table(['query', *[f'rank {r}' for r in range(1, top.shape[1] + 1)]], rows)]
