@@ -202,15 +202,17 @@ def synthetic_images(n, seed):
   return images
 
 
-def write_data_dir(path, n, seed):
-  """A train split in the Kaggle layout: all n images in shard 0, as real shards are large."""
+def write_data_dir(path, n, seed, shards=1):
+  """A train split of n images in the Kaggle layout, spread over the first `shards` of the
+  four image files (the others empty; 1 by default, as real shards are large)."""
   rng = np.random.default_rng(seed)
   ids = [f'Train_{i}' for i in range(n)]
-  kaggle.write_image_parquet(path / kaggle.image_parquet_name('train', 0), ids,
-                             synthetic_images(n, seed))
-  for shard in range(1, kaggle.NUM_SHARDS):
-    kaggle.write_image_parquet(path / kaggle.image_parquet_name('train', shard), [],
-                               np.zeros((0, kaggle.HEIGHT, kaggle.WIDTH), np.uint8))
+  images = synthetic_images(n, seed)
+  bounds = np.linspace(0, n, shards + 1).astype(int)
+  for shard in range(kaggle.NUM_SHARDS):
+    part = slice(*bounds[shard:shard + 2]) if shard < shards else slice(0, 0)
+    kaggle.write_image_parquet(path / kaggle.image_parquet_name('train', shard), ids[part],
+                               images[part])
   labels = np.stack([rng.integers(0, c, n) for c in kaggle.NUM_CLASSES], 1)
   lines = [','.join(kaggle.LABEL_COLUMNS)]
   lines += [f'{image_id},{r},{v},{c},x' for image_id, (r, v, c) in zip(ids, labels)]

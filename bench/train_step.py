@@ -21,8 +21,8 @@ trained, from raw 137x236 images) against the bare JAX step.
 
 Cases: (a) the grapheme demo model (configs/grapheme.py:demo: ResNet-10, width 24, imagenet
 stem, 56x96, batch 128); (b) a ResNet-18 (width 64, imagenet stem, one input channel, the same
-heads) at 128x128, batch 64. Threads: torch.set_num_threads(cores available); XLA's CPU
-client already runs one thread per available core.
+heads) at 128x128, batch 64. Threads: torch.set_num_threads(cores available), with
+OMP_WAIT_POLICY=PASSIVE (see TORCH_ENV); XLA's CPU client runs one thread per available core.
 
 Each side lives in a worker process of its own (bench.common.Worker: set up and compiled once,
 then one timed repeat of a few steps per request), the two taking turns, fastest repeat kept.
@@ -43,6 +43,9 @@ CASES = {
     'resnet18_128': (dict(depth=18, width=64, stem='imagenet', dtype='float32'), (128, 128), 64),
 }
 RAW_SIZE = (137, 236)  # the Kaggle image the as-trained demo step crops and augments on device
+# libgomp's default spin-waiting made torch 6x slower on a shared 2-core machine (52 vs 302
+# images/s for the demo model, same run); passive waiting is the fair reference there.
+TORCH_ENV = dict(OMP_WAIT_POLICY='PASSIVE')
 
 
 def cores():
@@ -142,7 +145,8 @@ def run(quick: bool) -> list[dict]:
   for case in CASES:
     _log(f'{case}: compiling / setting up both sides')
     workers = {'jax': common.Worker('bench.train_step', ['jax', case, str(steps)]),
-               'torch': common.Worker('bench.train_step', ['torch', case, str(steps)])}
+               'torch': common.Worker('bench.train_step', ['torch', case, str(steps)],
+                                      env=TORCH_ENV)}
     info = {name: w.setup for name, w in workers.items()}
     assert info['jax']['params'] == info['torch']['params'], info  # same network both sides
     best = common.time_workers(workers, repeats)

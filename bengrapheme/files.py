@@ -28,3 +28,14 @@ def read_text(path):
 
 def join(*parts):
   return str(epath.Path(parts[0]).joinpath(*parts[1:]))
+
+
+def prepared_dir(config, workdir):
+  """Where the prepared (decoded, memory-mapped) data goes: config.data.cache_dir, else
+  WORKDIR/prepared. A memory map needs a local disk, so a bucket workdir needs cache_dir."""
+  if config.data.cache_dir:
+    return config.data.cache_dir
+  if '://' in workdir:
+    raise ValueError(f'--workdir {workdir} is a bucket, but the prepared data is memory-mapped '
+                     'and must be on a local disk: set --config.data.cache_dir=/local/folder')
+  return str(epath.Path(workdir) / 'prepared')

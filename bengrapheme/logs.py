@@ -26,12 +26,11 @@ class MetricLogger:
       self.lines = [line for line in old
                     if line.endswith('\n') and json.loads(line)['step'] <= resume_step]
       self.events = EventFileWriter(files.join(workdir, 'tensorboard', subdir))
-      if resume_step:
-        # TensorBoard's reader discards the events at and after a restart's step (its
-        # "purge"): the steps from resume_step + 1 are logged again.
-        self.events.add_event(event_pb2.Event(
-            wall_time=time.time(), step=int(resume_step) + 1,
-            session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START)))
+      # TensorBoard's reader discards older events at and after a restart's step (its
+      # "purge"): the steps from resume_step + 1 are logged again.
+      self.events.add_event(event_pb2.Event(
+          wall_time=time.time(), step=int(resume_step) + 1,
+          session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START)))
 
   def write(self, step, scalars):
     if not self.active:

@@ -127,11 +127,19 @@ def _ticks(lo, hi, log, count=5):
 
 
 def _tick_labels(ticks):
-  """Tick values with just the significant digits that tell neighbours apart."""
+  """Tick values as people write them: 0.25, 1500, 20k, 3M (as few decimals as the step has)."""
   step = min((abs(b - a) for a, b in zip(ticks, ticks[1:])), default=1) or 1
-  largest = max(abs(t) for t in ticks) or 1
-  digits = min(max(math.floor(math.log10(largest)) - math.floor(math.log10(step)) + 1, 1), 12)
-  return [f'{t:.{digits}g}' for t in ticks]
+  if max(abs(t) for t in ticks) >= 1e4 and step >= 1:
+    return [_si(t) for t in ticks]
+  decimals = min(max(0, -math.floor(math.log10(step) + 1e-9)), 9)
+  return [f'{t:.{decimals}f}' for t in ticks]
+
+
+def _si(value):
+  for unit, suffix in ((1e9, 'G'), (1e6, 'M'), (1e3, 'k')):
+    if abs(value) >= unit:
+      return f'{value / unit:g}{suffix}'
+  return f'{value:g}'
 
 
 def _frame(title, x_label, y_label, legend, width, height):

@@ -55,12 +55,13 @@ def rank_queries(embeddings, labelings, metric, *, top_k=TOP_K, block_size=256):
     d = distances(x[start:start + block_size], x, metric)
     rows = np.arange(len(d))
     d[rows, start + rows] = np.inf  # the query itself is never retrieved
-    nearest = np.argpartition(d, k - 1, axis=1)[:, :k]
-    top[start:start + len(d)] = np.take_along_axis(
-        nearest, np.argsort(np.take_along_axis(d, nearest, 1), 1, kind='stable'), 1)
     ordered = np.sort(d, axis=1)
+    # The top k are among the items at or below the k-th distance: one pass, no argsort.
+    near = d <= ordered[:, k - 1:k]
     for r in rows:
       q = start + r
+      candidates = np.flatnonzero(near[r])
+      top[q] = candidates[np.argsort(d[r, candidates], kind='stable')[:k]]
       for name, (codes, members) in groups.items():
         relevant = members[codes[q]]
         found = np.sort(d[r, relevant[relevant != q]])
@@ -128,6 +129,8 @@ def ap_against_size(ranked, valid_pixels):
     lines, points = {}, {}
     for method, (ap, _, _) in ranked.items():
       queries = np.flatnonzero(np.isfinite(ap[labeling]))
+      if not len(queries):
+        continue
       by_size = np.array_split(queries[np.argsort(valid_pixels[queries], kind='stable')],
                                min(SIZE_BINS, len(queries)))
       lines[method] = ([np.median(valid_pixels[b]) for b in by_size],

@@ -18,7 +18,7 @@ import numpy as np
 from flax import nnx
 from jax.experimental import multihost_utils
 
-from bengrapheme import augment, input as input_lib, models, parallel
+from bengrapheme import augment, files, input as input_lib, models, parallel
 from retrieval import lbp, metrics as retrieval_metrics, reader
 
 # ---------------------------------------------------------------- data
@@ -45,10 +45,10 @@ class CachedFragments:
     return dict(self.__dict__, _images=None)
 
 
-def _cache_key(files, size, color):
+def _cache_key(paths, size, color):
   """From the files the fragments are read from: fragment files, or a TFDS build's records."""
   digest = hashlib.sha256(f'{size} {color}'.encode())
-  for path in files:
+  for path in paths:
     stat = os.stat(path)
     digest.update(f'{os.path.basename(path)} {stat.st_size} {stat.st_mtime_ns}\n'.encode())
   return digest.hexdigest()[:16]
@@ -109,10 +109,10 @@ def source(config, workdir, split):
   """The fragments of DATA/{train,test} (or of the TFDS build), decoded once into
   WORKDIR/prepared (or cache_dir)."""
   src = _fragment_source(config, split)
-  files = (src.record_files if config.data.format == 'tfds'
+  paths = (src.record_files if config.data.format == 'tfds'
            else [f.path for f in src.fragments])
-  key = _cache_key(files, src.size, src.color)
-  cache = config.data.cache_dir or os.path.join(workdir, 'prepared')
+  key = _cache_key(paths, src.size, src.color)
+  cache = files.prepared_dir(config, workdir)
   out_dir = os.path.join(cache, f'fragments-{split}-{key}')
   if jax.process_index() == 0 and not os.path.isdir(out_dir):
     os.makedirs(cache, exist_ok=True)

@@ -4,6 +4,7 @@ import os
 import time
 
 import numpy as np
+import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
 from bengrapheme import logs
@@ -57,11 +58,13 @@ def test_resume_replaces_the_steps_after_the_checkpoint(tmp_path):
   assert [(row['step'], row['loss']) for row in jsonl(tmp_path)] == expected
 
 
+@pytest.mark.slow
 def test_training_run_logs_loss_lr_throughput_and_evals(grapheme_data, tmp_path):
   workdir = str(tmp_path / 'run')
   run_module('launch.train', '--config=configs/grapheme.py:test', '--data', grapheme_data,
              '--workdir', workdir, '--config.train.steps=4', '--config.train.log_every=2',
-             '--config.eval.every=4', "--config.eval.splits=('val',)")
+             '--config.train.checkpoint_every=4', '--config.eval.every=4',
+             "--config.eval.splits=('val',)")  # val only: test would be converted too
   got = tensorboard_scalars(os.path.join(workdir, 'tensorboard', 'train'))
   for tag in ('loss', 'lr', 'images_per_s', 'grad_norm'):
     assert [step for step, _ in got[tag]] == [2, 4], tag

@@ -94,43 +94,75 @@ def test_checkpoint_of_two_processes_resumes_in_one(grapheme_runs, tmp_path):
                              rtol=0, atol=1e-5)
 
 
+class Job:
+  """A 2-process training job under launch.local, its output lines collected as they come."""
+
+  def __init__(self, args, grace):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    self.launcher = subprocess.Popen([sys.executable, '-m', *two_processes(*args, grace=grace)],
+                                     cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+    self.lines = []
+    self.reader = threading.Thread(target=lambda: self.lines.extend(self.launcher.stdout),
+                                   daemon=True)
+    self.reader.start()
+
+  def wait_for_a_step(self, workdir, timeout=600):
+    deadline = time.monotonic() + timeout
+    while not logged(workdir):
+      assert self.launcher.poll() is None, self.log()[-5000:]
+      assert time.monotonic() < deadline, f'no step logged in {timeout} s'
+      time.sleep(0.2)
+
+  def pid(self, process):
+    [pid] = [int(m.group(1)) for line in self.lines
+             if (m := re.match(rf'\[local\] process {process} pid (\d+)', line))]
+    return pid
+
+  def wait(self, timeout):
+    try:
+      self.launcher.wait(timeout=timeout)
+    finally:
+      if self.launcher.poll() is None:
+        self.launcher.kill()
+      self.reader.join()
+
+  def log(self):
+    return ''.join(self.lines)
+
+
 def test_dead_process_ends_the_job(grapheme_data, tmp_path):
   """Process 1 is SIGKILLed mid-run: process 0 must fail by itself (heartbeat timeout 30 s)
   well before the launcher's grace period would make it stop it."""
   workdir = str(tmp_path / 'killed')
-  env = dict(os.environ, PYTHONPATH=ROOT)
-  args = train_args('grapheme', grapheme_data, workdir, '--config.train.steps=100000',
-                    '--config.train.checkpoint_every=100000')
-  launcher = subprocess.Popen([sys.executable, '-m', *two_processes(*args, grace=300)],
-                              cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True)
-  lines = []
-
-  def read():
-    for line in launcher.stderr:
-      lines.append(line)
-
-  reader = threading.Thread(target=read, daemon=True)
-  reader.start()
-  try:
-    deadline = time.monotonic() + 600
-    while not logged(workdir):
-      assert launcher.poll() is None, ''.join(lines[-50:])
-      assert time.monotonic() < deadline, 'no step logged in 600 s'
-      time.sleep(0.2)
-    [pid] = [int(m.group(1)) for line in lines
-             if (m := re.match(r'\[local\] process 1 pid (\d+)', line))]
-    os.kill(pid, signal.SIGKILL)
-    killed = time.monotonic()
-    launcher.wait(timeout=90)
-    elapsed = time.monotonic() - killed
-  finally:
-    if launcher.poll() is None:
-      launcher.kill()
-  reader.join()
-  log = ''.join(lines)
-  assert launcher.returncode == 1
+  job = Job(train_args('grapheme', grapheme_data, workdir, '--config.train.steps=100000',
+                       '--config.train.checkpoint_every=100000'), grace=300)
+  job.wait_for_a_step(workdir)
+  os.kill(job.pid(1), signal.SIGKILL)
+  killed = time.monotonic()
+  job.wait(timeout=90)
+  elapsed = time.monotonic() - killed
+  log = job.log()
+  assert job.launcher.returncode == 1
   assert elapsed < 90
   assert 'FAILED: process 1 failed first (was killed by SIGKILL)' in log, log[-3000:]
   assert re.search(r'\[local\] process 0 (was killed by SIG\w+|exited with status [1-9])', log)
   assert 'terminated by the launcher: []' in log  # process 0 stopped by itself
+
+
+def test_preemption_notice_to_one_process_saves_the_same_step_everywhere(grapheme_data,
+                                                                       tmp_path):
+  """SIGTERM reaches only process 1 (its host is being preempted): JAX's preemption service
+  makes both processes save one common step and exit 0."""
+  workdir = str(tmp_path / 'preempted')
+  job = Job(train_args('grapheme', grapheme_data, workdir, '--config.train.steps=100000',
+                       '--config.train.checkpoint_every=100000'), grace=300)
+  job.wait_for_a_step(workdir)
+  os.kill(job.pid(1), signal.SIGTERM)
+  job.wait(timeout=180)
+  log = job.log()
+  assert job.launcher.returncode == 0, log[-5000:]
+  saved = {int(m.group(1)): int(m.group(2))
+           for m in re.finditer(r'\[(\d)\] Preempted: saved step (\d+)', log)}
+  assert sorted(saved) == [0, 1] and saved[0] == saved[1], log[-5000:]
+  assert os.listdir(os.path.join(workdir, 'checkpoints')) == [str(saved[0])]

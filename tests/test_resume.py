@@ -75,6 +75,7 @@ def assert_bitwise_equal(a, b):
     assert x.tobytes() == y.tobytes(), f'{jax.tree_util.keystr(path)} differs after resuming'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('task', sorted(TASKS))
 def test_sigkill_twice_then_resume_is_bitwise_equal(task, tmp_path, request):
   data = request.getfixturevalue(TASKS[task][1])

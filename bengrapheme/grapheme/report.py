@@ -10,7 +10,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from bengrapheme import metrics, report
-from bengrapheme.grapheme import classes, kaggle, synth
+from bengrapheme.grapheme import classes, kaggle, synth, task
 
 GLYPH_FONT = 'Noto Sans Bengali'
 GLYPH_SCALE = 0.4  # of synth.FONT_SIZE (96 px): text about 38 px high
@@ -55,7 +55,7 @@ def sections(config, split, scores, details):
 
 
 def _subsets(scores, rule):
-  return [s for s in ('all', 'seen', 'unseen') if f'{rule}/{s}/score' in scores]
+  return [s for s in task.SUBSETS if f'{rule}/{s}/score' in scores]
 
 
 def seen_vs_unseen(scores):

@@ -13,7 +13,7 @@ import optax
 from flax import nnx
 from jax.experimental import multihost_utils
 
-from bengrapheme import augment, input as input_lib, metrics, models, parallel
+from bengrapheme import augment, files, input as input_lib, metrics, models, parallel
 from bengrapheme.grapheme import classes, kaggle, prepare
 
 # Triple of each whole-grapheme class, to turn a whole-grapheme prediction into components.
@@ -24,7 +24,7 @@ GRAPHEME_TRIPLES = np.array([g[:3] for g in classes.GRAPHEMES], np.int32)
 
 
 def cache_dir(config, workdir):
-  return config.data.cache_dir or os.path.join(workdir, 'prepared')
+  return files.prepared_dir(config, workdir)
 
 
 def _source(config, workdir, split):
@@ -309,7 +309,7 @@ def predict(config, graphdef, variables, mesh, workdir):
   column = {name: i for i, name in enumerate(kaggle.COMPONENTS)}
   targets = [by_index[position[image_id], column[component]]
              for _, image_id, component in rows]
-  path = os.path.join(workdir, 'submission.csv')
+  path = files.join(workdir, 'submission.csv')
   if jax.process_index() == 0:
     write_submission(path, [r[0] for r in rows], targets)
   return path
@@ -319,8 +319,5 @@ def write_submission(path, row_ids, targets):
   """Writes row_id,target atomically: a crash never leaves a partial submission."""
   if len(row_ids) != len(targets):
     raise ValueError(f'{len(row_ids)} row ids but {len(targets)} targets')
-  tmp = path + '.tmp'
-  with open(tmp, 'w') as f:
-    f.write('row_id,target\n')
-    f.writelines(f'{r},{int(t)}\n' for r, t in zip(row_ids, targets))
-  os.replace(tmp, path)
+  files.write_atomic(path, 'row_id,target\n' + ''.join(
+      f'{r},{int(t)}\n' for r, t in zip(row_ids, targets)))
