@@ -120,7 +120,7 @@ def grapheme_benchmarks(workdir, n, repeats):
       repeats=repeats,
       note=f'{n:,} images, batch {BATCH}, {num_threads} grain threads, '
            f'{os.cpu_count()} cores; the notebook way makes '
-           f'{n / best["loaded"][0]:,.0f} images/s once the file is loaded'))
+           f'{n / best["loaded"][0]:,.0f} images/s once the files are loaded'))
   return rows
 
 

@@ -3,6 +3,10 @@
 etils.epath (already installed with Orbax) reaches buckets through fsspec (pip install gcsfs
 for gs://), so one code path serves a laptop, a SLURM cluster's shared disk and a TPU pod.
 """
+import io
+import os
+
+import numpy as np
 from etils import epath
 
 
@@ -12,10 +16,7 @@ def write_atomic(path, data):
   path = epath.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
   tmp = path.parent / (path.name + '.tmp')
-  if isinstance(data, bytes):
-    tmp.write_bytes(data)
-  else:
-    tmp.write_text(data)
+  tmp.write_bytes(data if isinstance(data, bytes) else data.encode('utf-8'))
   tmp.replace(path)
   return str(path)
 
@@ -23,7 +24,7 @@ def write_atomic(path, data):
 def read_text(path):
   """The text of `path`, or None when it does not exist."""
   path = epath.Path(path)
-  return path.read_text() if path.exists() else None
+  return path.read_bytes().decode('utf-8') if path.exists() else None
 
 
 def join(*parts):
@@ -39,3 +40,28 @@ def prepared_dir(config, workdir):
     raise ValueError(f'--workdir {workdir} is a bucket, but the prepared data is memory-mapped '
                      'and must be on a local disk: set --config.data.cache_dir=/local/folder')
   return str(epath.Path(workdir) / 'prepared')
+
+
+def exists(path):
+  return epath.Path(path).exists()
+
+
+def save_npy(path, array):
+  """np.save, atomically, to a local or bucket path."""
+  buffer = io.BytesIO()
+  np.save(buffer, array)
+  return write_atomic(path, buffer.getvalue())
+
+
+def load_npy(path):
+  return np.load(io.BytesIO(epath.Path(path).read_bytes()))
+
+
+def copy_in(local_path, path):
+  """Moves a finished local file to `path` (a bucket cannot be written by local-file APIs)."""
+  if '://' in str(path):
+    epath.Path(local_path).copy(epath.Path(path), overwrite=True)
+    os.remove(local_path)
+  else:
+    os.replace(local_path, path)
+  return str(path)

@@ -17,6 +17,8 @@ import os
 import numpy as np
 from PIL import Image
 
+from bengrapheme import files
+
 PALETTE = ('#1f77b4', '#d62728', '#2ca02c', '#ff7f0e', '#9467bd', '#8c564b', '#e377c2',
            '#7f7f7f', '#bcbd22', '#17becf')
 RIGHT, WRONG = '#2ca02c', '#d62728'  # marks on retrieved items and predictions
@@ -265,11 +267,8 @@ UNCHARTED = ('nonfinite',)
 
 def read_training_log(workdir):
   """Rows of WORKDIR/metrics.jsonl (one dict per logged step); [] when there is none."""
-  path = os.path.join(workdir, 'metrics.jsonl')
-  if not os.path.exists(path):
-    return []
-  with open(path) as f:
-    return [json.loads(line) for line in f if line.endswith('\n')]
+  text = files.read_text(files.join(workdir, 'metrics.jsonl')) or ''
+  return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith('\n')]
 
 
 def training_curves(workdir):
@@ -319,9 +318,5 @@ def write(config, workdir, scores, details):
           tag('h2', 'Training curves'), *training_curves(workdir)]
   for split in config.eval.splits:
     body += task_report.sections(config, split, scores[split], details[split])
-  path = os.path.join(workdir, 'eval', 'report.html')
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  with open(path + '.tmp', 'w', encoding='utf-8') as f:
-    f.write(page(f'Evaluation report: {os.path.basename(os.path.abspath(workdir))}', *body))
-  os.replace(path + '.tmp', path)
-  return path
+  title = f'Evaluation report: {os.path.basename(workdir.rstrip("/"))}'
+  return files.write_atomic(files.join(workdir, 'eval', 'report.html'), page(title, *body))

@@ -258,8 +258,7 @@ def evaluate(config, workdir):
     details[split] = {}
     scores[split] = task.evaluate(config, split, graphdef, variables, mesh, workdir,
                                   details[split])
-  os.makedirs(os.path.join(workdir, 'eval'), exist_ok=True)
-  write_json(os.path.join(workdir, 'eval', 'metrics.json'), scores)
+  write_json(files.join(workdir, 'eval', 'metrics.json'), scores)
   if jax.process_index() == 0:
     report.write(config, workdir, scores, details)
   return scores

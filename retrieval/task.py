@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 
 import grain
 import jax
@@ -354,11 +355,10 @@ def lbp_features(folder, names):
 def srs_lbp(config, workdir):
   """The SRS-LBP baseline on the test split (PCA fitted on train): (metrics, embeddings
   [N, 200]), cached in the workdir (the embeddings feed report.html's per-query charts)."""
-  out = os.path.join(workdir, 'eval')
-  json_path, npy_path = os.path.join(out, 'srs_lbp.json'), os.path.join(out, 'srs_lbp_test.npy')
-  if os.path.exists(json_path) and os.path.exists(npy_path):
-    with open(json_path) as f:
-      return json.load(f), np.load(npy_path)
+  json_path = files.join(workdir, 'eval', 'srs_lbp.json')
+  npy_path = files.join(workdir, 'eval', 'srs_lbp_test.npy')
+  if files.exists(json_path) and files.exists(npy_path):
+    return json.loads(files.read_text(json_path)), files.load_npy(npy_path)
   train_src, test_src = source(config, workdir, 'train'), source(config, workdir, 'test')
   fit_on = np.random.default_rng(config.seed).permutation(len(train_src))
   fit_names = [train_src.names[i] for i in fit_on[:config.eval.lbp_fit_fragments]]
@@ -369,13 +369,8 @@ def srs_lbp(config, workdir):
   report = retrieval_metrics.retrieval_metrics(embeddings, _labelings(test_src),
                                                metric='cityblock')
   if jax.process_index() == 0:
-    os.makedirs(out, exist_ok=True)
-    with open(npy_path + '.tmp', 'wb') as f:
-      np.save(f, embeddings)
-    os.replace(npy_path + '.tmp', npy_path)
-    with open(json_path + '.tmp', 'w') as f:
-      json.dump(report, f)
-    os.replace(json_path + '.tmp', json_path)
+    files.save_npy(npy_path, embeddings)
+    files.write_atomic(json_path, json.dumps(report))
   return report, embeddings
 
 
@@ -397,12 +392,13 @@ def evaluate(config, split, graphdef, variables, mesh, workdir, details=None):
     report['srs_lbp'], lbp_embeddings = srs_lbp(config, workdir)
     ranked_by['srs_lbp'] = (lbp_embeddings, 'cityblock')
   if config.eval.export_distances and jax.process_index() == 0:
-    out = os.path.join(workdir, 'eval')
-    os.makedirs(out, exist_ok=True)
     distances = retrieval_metrics.distance_matrix(embeddings)
-    np.save(os.path.join(out, f'distances_{split}.npy'), distances)
-    retrieval_metrics.write_distance_csv(os.path.join(out, f'distances_{split}.csv'),
-                                         distances, src.names)
+    files.save_npy(files.join(workdir, 'eval', f'distances_{split}.npy'), distances)
+    # N x N as text is large (~4 GB at 20k): written locally first, then moved into place.
+    with tempfile.TemporaryDirectory() as tmp:
+      local = os.path.join(tmp, 'distances.csv')
+      retrieval_metrics.write_distance_csv(local, distances, src.names)
+      files.copy_in(local, files.join(workdir, 'eval', f'distances_{split}.csv'))
   if details is not None:
     details.update(source=src, embeddings=ranked_by)
   flat = {f'{method}/{labeling}/{k}': v for method, block in report.items()
