@@ -41,10 +41,12 @@ def fragment_data(tmp_path_factory):
 
 @pytest.fixture(scope='session')
 def grapheme_trained(grapheme_data, tmp_path_factory):
-  """configs/grapheme.py:test trained for 4 steps on 1 device, logging every step."""
+  """configs/grapheme.py:test trained for 4 steps on 1 device, logging every step, with a
+  profiler trace of steps 2-3."""
   workdir = str(tmp_path_factory.mktemp('grapheme_run') / 'workdir')
   run_module('launch.train', '--config=configs/grapheme.py:test', '--data', grapheme_data,
-             '--workdir', workdir, '--config.train.steps=4', '--config.train.log_every=1')
+             '--workdir', workdir, '--config.train.steps=4', '--config.train.log_every=1',
+             '--config.train.profile_steps=(2, 3)')
   return workdir
 
 
