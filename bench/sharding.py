@@ -9,8 +9,9 @@ batch split over the `data` axis). The processes are started and compiled first,
 turns timing a few steps each, so that load from elsewhere hits every count alike.
 
 This checks that sharding adds little overhead on one host, not a speed-up: simulated devices
-share the same cores, so the best possible is the 1-device time. Ratio = 1-device step time /
-N-device step time.
+share the same cores. Ratio = 1-device step time / N-device step time. It came out above 1
+here: the N devices' programs run concurrently and keep both cores busier than one device's
+program does, which leaves parts of the step on one thread.
 """
 import argparse
 import json

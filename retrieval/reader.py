@@ -75,13 +75,13 @@ def decode(path, data=None):
   return rgb
 
 
-def _convert(rgb, color):
+def convert(rgb, color):
   return rgb if color else np.asarray(Image.fromarray(rgb).convert('L'))
 
 
 def load_fragment(path, color=True):
   """The fragment as uint8 [H, W, 3] (color) or [H, W] (grey)."""
-  return _convert(decode(path), color)
+  return convert(decode(path), color)
 
 
 def fit_to_square(image, size):
@@ -129,7 +129,7 @@ class FragmentSource:
 
   def __getitem__(self, index):
     rgb = self.read_rgb(index)
-    image = fit_to_square(_convert(rgb, self.color), self.size)
+    image = fit_to_square(convert(rgb, self.color), self.size)
     return dict(
         image=image if self.color else image[..., None],
         writer=self.writer_ids[index],

@@ -343,13 +343,14 @@ def _labelings(src):
   return {'writer': src.writer_ids, 'page': src.page_ids}
 
 
-def lbp_features(folder, names):
-  """SRS-LBP features of fragments at their own resolution (threads: numpy frees the GIL)."""
-  def one(name):
-    return lbp.lbp_features(reader.load_fragment(os.path.join(folder, name), color=False))
+def lbp_features(src, indices):
+  """SRS-LBP features of fragments `indices` of a reader.FragmentSource, at their own
+  resolution (threads: numpy frees the GIL)."""
+  def one(i):
+    return lbp.lbp_features(reader.convert(src.read_rgb(i), color=False))
 
   with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
-    return np.stack(list(pool.map(one, names)))
+    return np.stack(list(pool.map(one, indices)))
 
 
 def srs_lbp(config, workdir):
@@ -359,11 +360,13 @@ def srs_lbp(config, workdir):
   npy_path = files.join(workdir, 'eval', 'srs_lbp_test.npy')
   if files.exists(json_path) and files.exists(npy_path):
     return json.loads(files.read_text(json_path)), files.load_npy(npy_path)
-  train_src, test_src = source(config, workdir, 'train'), source(config, workdir, 'test')
-  fit_on = np.random.default_rng(config.seed).permutation(len(train_src))
-  fit_names = [train_src.names[i] for i in fit_on[:config.eval.lbp_fit_fragments]]
-  train_features = lbp_features(os.path.join(config.data.dir, 'train'), fit_names)
-  test_features = lbp_features(os.path.join(config.data.dir, 'test'), test_src.names)
+  # The listings in the order of the caches (which source() builds from them), so row i of
+  # the features is fragment i of test_src; read from the folder or the TFDS build alike.
+  train_list, test_list = _fragment_source(config, 'train'), _fragment_source(config, 'test')
+  test_src = source(config, workdir, 'test')
+  fit_on = np.random.default_rng(config.seed).permutation(len(train_list))
+  train_features = lbp_features(train_list, fit_on[:config.eval.lbp_fit_fragments])
+  test_features = lbp_features(test_list, range(len(test_list)))
   pca = lbp.fit_pca(train_features, dim=min(200, *train_features.shape))
   embeddings = lbp.embed(pca, test_features)
   report = retrieval_metrics.retrieval_metrics(embeddings, _labelings(test_src),
