@@ -45,4 +45,4 @@ demo-fragments: setup $(FRAG_DATA)/test
 	$(PY) -m launch.evaluate --config configs/fragments.py:demo --data $(FRAG_DATA) --workdir $(FRAG_WORKDIR)
 
 test: setup
-	$(PY) -m pytest -q -m "slow or not slow"
+	$(PY) -m pytest -q -m "slow or not slow" --durations=15

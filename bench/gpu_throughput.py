@@ -121,7 +121,7 @@ def measure(module, variant, steps, repeats, smoke):
       images_per_s_per_device=round(config.train.batch_size / best / n, 1),
       flops_per_step_per_device=flops, flops_source=source,
       flops_compiled=compiled_flops, flops_lowered=lowered_flops,
-      achieved_tflops_per_device=round(achieved / 1e12, 3) if achieved else None,
+      achieved_tflops_per_device=float(f'{achieved / 1e12:.4g}') if achieved else None,
       peak_bf16_tflops=peak / 1e12 if peak else None,
       mfu=round(achieved / peak, 4) if achieved and peak else None,
       steps=steps, repeats=repeats, final_loss=loss)

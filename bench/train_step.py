@@ -143,7 +143,7 @@ def _log(*args):
 
 
 def run(quick: bool) -> list[dict]:
-  rows, bare = [], None
+  rows, demo_batch = [], None
   for case in CASES:
     steps, repeats = (1, 2) if quick else FULL[case]
     _log(f'{case}: compiling / setting up both sides')
@@ -169,7 +169,7 @@ def run(quick: bool) -> list[dict]:
         note=f'lower + compile of the train step = {info["jax"]["compile_s"] / step_s:.0f} '
              'steady steps'))
     if case == 'grapheme_demo':
-      bare = (ips['jax'], batch)
+      demo_batch = batch
   if not quick:
     steps, repeats = FULL['grapheme_demo']
     _log('grapheme_demo as trained: crop-to-ink and augmentation on device')
@@ -177,7 +177,7 @@ def run(quick: bool) -> list[dict]:
                                                          'augment']),
                'bare': common.Worker('bench.train_step', ['jax', 'grapheme_demo', str(steps)])}
     best = common.time_workers(workers, repeats)
-    ips = {name: bare[1] * steps / seconds for name, (seconds, _, _) in best.items()}
+    ips = {name: demo_batch * steps / seconds for name, (seconds, _, _) in best.items()}
     rows.append(common.record(
         'train step, grapheme_demo with crop-to-ink + augmentation', ips['aug'], 'images/s',
         'same JAX step without them', ips['bare'], ratio=ips['aug'] / ips['bare'],
