@@ -22,14 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-LAYOUTS = {
-    10: ('basic', (1, 1, 1, 1)),
-    18: ('basic', (2, 2, 2, 2)),
-    34: ('basic', (3, 4, 6, 3)),
-    50: ('bottleneck', (3, 4, 6, 3)),
-    101: ('bottleneck', (3, 4, 23, 3)),
-}
-NUM_CLASSES = (168, 11, 7)  # bengrapheme.grapheme.kaggle.NUM_CLASSES
+from bengrapheme.grapheme.kaggle import NUM_CLASSES
+from bengrapheme.models.resnet import LAYOUTS
 NUM_GRAPHEMES = 1295  # bengrapheme.grapheme.classes.NUM_GRAPHEMES
 COMPONENT_WEIGHTS = (2.0, 1.0, 1.0)  # bengrapheme.metrics.COMPONENT_WEIGHTS
 
