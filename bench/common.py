@@ -248,3 +248,14 @@ def pandas_reference(parquet_path, batch):
     pass
   end = time.perf_counter()
   return len(images) / (end - start), len(images) / (end - loaded)
+
+
+def trainer_step(config, task, host_batch):
+  """The trainer's own jitted step for `config`: (state, jitted step, global batch)."""
+  import jax
+  from bengrapheme import parallel, train
+  mesh = parallel.make_mesh(config.mesh)
+  graphdef, state = train.init_state(config, task, mesh)
+  shardings = jax.tree.map(lambda x: x.sharding, state)
+  jitted = train.make_train_step(config, task, graphdef, mesh, shardings)
+  return state, jitted, parallel.global_batch(mesh, host_batch)

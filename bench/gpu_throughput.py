@@ -77,14 +77,11 @@ def _flops(cost):
 
 def measure(module, variant, steps, repeats, smoke):
   import jax
-  from bengrapheme import parallel, train
+  from bench import common
+  from bengrapheme import train
   config = get_config(module, variant, smoke)
-  task = train.load_task(config)
-  mesh = parallel.make_mesh(config.mesh)
-  graphdef, state = train.init_state(config, task, mesh)
-  shardings = jax.tree.map(lambda x: x.sharding, state)
-  jitted = train.make_train_step(config, task, graphdef, mesh, shardings)
-  batch = parallel.global_batch(mesh, synthetic_batch(module, config))
+  state, jitted, batch = common.trainer_step(config, train.load_task(config),
+                                             synthetic_batch(module, config))
   start = time.perf_counter()
   lowered = jitted.lower(state, batch)
   step = lowered.compile()

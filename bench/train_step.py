@@ -85,15 +85,10 @@ def synthetic_batch(config, size, seed=0):
 
 def jax_setup(case, augment, steps):
   import jax
-  from bengrapheme import parallel, train
   from bengrapheme.grapheme import task
   config = make_config(case, augment)
   size = RAW_SIZE if augment else tuple(config.input.size)
-  mesh = parallel.make_mesh(config.mesh)
-  graphdef, state = train.init_state(config, task, mesh)
-  shardings = jax.tree.map(lambda x: x.sharding, state)
-  jitted = train.make_train_step(config, task, graphdef, mesh, shardings)
-  batch = parallel.global_batch(mesh, synthetic_batch(config, size))
+  state, jitted, batch = common.trainer_step(config, task, synthetic_batch(config, size))
   start = time.perf_counter()
   step = jitted.lower(state, batch).compile()
   compile_s = time.perf_counter() - start
