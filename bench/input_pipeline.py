@@ -164,7 +164,7 @@ def pil_loop(paths, size, color, batch):
 
 def fragment_benchmarks(workdir, n, pages, repeats):
   from configs import fragments as fragments_config
-  from retrieval import reader, task
+  from retrieval import data, reader
   config = fragments_config.get_config('hisfrag20')
   size, color = config.input.load_size, config.input.color
   num_threads = config.input.num_threads
@@ -189,7 +189,7 @@ def fragment_benchmarks(workdir, n, pages, repeats):
   config.data.dir = str(folder.parent)
   config.data.cache_dir = str(workdir / 'fragment-cache')
   start = time.perf_counter()
-  cached = task.source(config, str(workdir), 'test')
+  cached = data.source(config, str(workdir), 'test')
   build = time.perf_counter() - start
   best = common.interleaved({
       'pil': lambda: pil_loop(paths, size, color, FRAGMENT_BATCH),

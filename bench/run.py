@@ -46,6 +46,7 @@ import threading
 import time
 
 from bench import common
+from bengrapheme import files
 
 MODULES = ('input_pipeline', 'train_step', 'metrics_speed', 'sharding')
 RESULTS = os.path.join(common.ROOT, 'bench', 'results.json')
@@ -172,14 +173,7 @@ def write_readme(path, text):
   if begin < 0 or end < begin:
     raise ValueError(f'{path}: no {BEGIN} ... {END} section to write the table into')
   readme = readme[:begin + len(BEGIN)] + '\n' + text + '\n' + readme[end:]
-  _atomic_write(path, readme)
-
-
-def _atomic_write(path, text):
-  tmp = f'{path}.tmp-{os.getpid()}'
-  with open(tmp, 'w') as f:
-    f.write(text)
-  os.replace(tmp, path)
+  files.write_atomic(path, readme)
 
 
 def main():
@@ -230,7 +224,7 @@ def main():
   results['results'].sort(key=lambda r: MODULES.index(r['module'])
                            if r.get('module') in MODULES else len(MODULES))
   results.update(date=started, machine=info)
-  _atomic_write(args.results, json.dumps(results, indent=1) + '\n')
+  files.write_atomic(args.results, json.dumps(results, indent=1) + '\n')
   if args.readme:
     write_readme(args.readme, table(results))
   print(f'wrote {args.results}' + (f' and {args.readme}' if args.readme else ''),

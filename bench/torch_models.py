@@ -113,7 +113,7 @@ class ResNet(nn.Module):
 
 
 class GraphemeNet(nn.Module):
-  """bengrapheme.grapheme.task.GraphemeModel: backbone + component heads + grapheme head."""
+  """bengrapheme.grapheme.model.GraphemeModel: backbone + component heads + grapheme head."""
 
   def __init__(self, model_args, grapheme_head=True):
     super().__init__()

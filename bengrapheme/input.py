@@ -11,7 +11,8 @@ import numpy as np
 
 
 class Subset:
-  """A random-access view of `source` at `indices` (e.g. a validation hold-out)."""
+  """A random-access view of `source` at `indices` (e.g. a validation hold-out); record i
+  carries index = i, its row here, as every source's records do."""
 
   def __init__(self, source, indices):
     self.source, self.indices = source, np.asarray(indices, np.int64)
@@ -20,7 +21,7 @@ class Subset:
     return len(self.indices)
 
   def __getitem__(self, i):
-    return self.source[int(self.indices[i])]
+    return dict(self.source[int(self.indices[i])], index=np.int32(i))
 
 
 def holdout_split(source, fraction, seed):
@@ -49,6 +50,8 @@ def train_dataset(source, *, batch_size, seed, process_index, process_count,
 
 def eval_batches(source, *, batch_size, process_index, process_count, num_threads=8):
   """Yields every example once, in order, as per-process batches padded with mask = 0.
+
+  Records carry `index`, their row in `source`, which places each output back in row order.
 
   All processes yield the same number of batches, so sharded eval steps never wait on a
   process that has run out of data.

@@ -13,8 +13,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bengrapheme.grapheme.kaggle import COMPONENTS, NUM_CLASSES
-
+# The Bengali.AI label columns and their class counts, defined here (not imported from the
+# task) so the core depends on no task; bengrapheme/grapheme/kaggle.py reads files with them.
+COMPONENTS = ('grapheme_root', 'vowel_diacritic', 'consonant_diacritic')
+NUM_CLASSES = (168, 11, 7)
 COMPONENT_WEIGHTS = (2.0, 1.0, 1.0)
 
 

@@ -3,12 +3,11 @@ data URIs), so it can be mailed, archived or opened from a bucket with nothing b
 
 Charts are drawn here by hand rather than with a plotting library: the few kinds a report
 needs (lines, points, grouped bars) are short, and the stack stays jax + numpy + Pillow.
-Each task adds its own sections from the module `report` in the task's package
-(`bengrapheme.grapheme.report`, `retrieval.report`): `sections(config, split, scores, details)`.
+Each task's evaluator adds its own sections (bengrapheme/evaluation.py); this module holds
+the page, the HTML helpers and the training curves every task shares.
 """
 import base64
 import html
-import importlib
 import io
 import json
 import math
@@ -307,16 +306,10 @@ def page(title, *body):
       tag('body', tag('h1', title), *body), lang='en'))
 
 
-def write(config, workdir, scores, details):
-  """Writes WORKDIR/eval/report.html (atomically); returns its path.
-
-  scores: {'step': int, split: {name: float}} as in metrics.json; details: {split: what the
-  task's evaluator filled in for its report}.
-  """
-  task_report = importlib.import_module(config.task.rpartition('.')[0] + '.report')
-  body = [note(f'Task {config.task}, checkpoint at step {scores["step"]}, workdir {workdir}.'),
-          tag('h2', 'Training curves'), *training_curves(workdir)]
-  for split in config.eval.splits:
-    body += task_report.sections(config, split, scores[split], details[split])
+def write(config, workdir, step, sections):
+  """Writes WORKDIR/eval/report.html (atomically): the training curves, then `sections`
+  (what each evaluator's report_sections gave); returns its path."""
+  body = [note(f'Task {config.task}, checkpoint at step {step}, workdir {workdir}.'),
+          tag('h2', 'Training curves'), *training_curves(workdir), *sections]
   title = f'Evaluation report: {os.path.basename(workdir.rstrip("/"))}'
   return files.write_atomic(files.join(workdir, 'eval', 'report.html'), page(title, *body))

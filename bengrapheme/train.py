@@ -4,9 +4,8 @@ A task is a module named by `config.task` that provides
   train_data(config, workdir, local_batch)  -> grain IterDataset of this process's batches
   make_model(config, rngs)                  -> nnx.Module
   loss(model, batch, key, config)           -> (scalar loss, dict of scalars)
-  evaluate(config, split, graphdef, variables, mesh, workdir, details=None)
-                                            -> dict of scalars (fills `details` when given)
-and its package a module `report` drawing `details` into eval/report.html (bengrapheme/report.py).
+  evaluator(config, split, workdir)         -> an evaluator (bengrapheme/evaluation.py)
+  predict(config, model, workdir)           -> optional: writes the task's submission file
 The train state is a plain pytree (step, params, model_state, opt_state, ema), so jit
 shards it and Orbax checkpoints it with no framework in between.
 """
@@ -17,11 +16,34 @@ import time
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import optax
 import tqdm
 from flax import nnx
 
-from bengrapheme import checkpoint, files, logs, parallel, report
+from bengrapheme import augment, checkpoint, evaluation, files, logs, parallel, report
+
+
+def default_config():
+  """The fields every task's config has; configs/*.py update them and add their own."""
+  return ml_collections.ConfigDict(dict(
+      task='',  # the task module, e.g. 'bengrapheme.grapheme.task'
+      seed=0,
+      # data.dir is the dataset as downloaded (may be read-only); --data sets it. Prepared
+      # copies go to cache_dir ('' = WORKDIR/prepared). format names the reader ('tfds':
+      # a TFDS build in tfds_dir).
+      data=dict(dir='', cache_dir='', format='', tfds_dir=''),
+      aug=augment.default_config(),
+      train=dict(
+          steps=1000, batch_size=128, lr=1e-3, warmup_steps=100, final_lr_fraction=0.01,
+          weight_decay=0.05, grad_clip=1.0, ema_decay=0.0, grad_accum_steps=1,
+          skip_nonfinite=False, log_every=50, checkpoint_every=250, keep_checkpoints=3,
+          # (first, last): write a jax.profiler trace of these steps to WORKDIR/profile.
+          profile_steps=(0, 0)),
+      # every: evaluate config.eval.splits every this many steps during training (0: never).
+      eval=dict(every=0, splits=('test',), batch_size=256),
+      mesh=dict(data=-1, fsdp=1),  # data=-1: all devices not used by fsdp
+  ))
 
 
 def load_task(config):
@@ -213,9 +235,10 @@ def train(config, workdir):
       break
 
     if config.eval.every and (step % config.eval.every == 0 or step == config.train.steps):
+      model = evaluation.TrainedModel(apply_fn(graphdef), eval_variables(state), mesh, step)
       for split in config.eval.splits:
-        scores = task.evaluate(config, split, graphdef, eval_variables(state), mesh, workdir)
-        logger.write(step, {f'{split}/{k}': v for k, v in scores.items()})
+        scores, _ = task.evaluator(config, split, workdir).run(model)
+        logger.write(step, evaluation.flatten({split: scores}))
         progress.write(f'step {step} {split}: score {scores["score"]:.4f}')
 
   progress.close()
@@ -235,8 +258,15 @@ def save_config(config, workdir):
     files.write_atomic(files.join(workdir, 'config.json'), config.to_json_best_effort(indent=2))
 
 
-def load_trained(config, workdir):
-  """(task, mesh, graphdef, variables, step) from the newest checkpoint in `workdir`."""
+def apply_fn(graphdef):
+  """The model in eval mode as a pure function of its variables, for evaluators to jit."""
+  def apply(variables, images):
+    return nnx.merge(graphdef, *variables)(images, train=False)
+  return apply
+
+
+def trained_model(config, workdir):
+  """(task, evaluation.TrainedModel) from the newest checkpoint in `workdir`."""
   task = load_task(config)
   mesh = parallel.make_mesh(config.mesh)
   graphdef, state = init_state(config, task, mesh)
@@ -246,25 +276,23 @@ def load_trained(config, workdir):
   if restored is None:
     raise FileNotFoundError(f'no checkpoint in {os.path.join(workdir, "checkpoints")}: '
                             'train first (python -m launch.train ... --workdir same dir)')
-  return task, mesh, graphdef, eval_variables(restored), step
-
-
-def write_json(path, payload):
-  if jax.process_index() == 0:
-    files.write_atomic(path, json.dumps(payload, indent=2, sort_keys=True))
-  return path
+  return task, evaluation.TrainedModel(apply_fn(graphdef), eval_variables(restored), mesh,
+                                       step)
 
 
 def evaluate(config, workdir):
-  """Scores every split in config.eval.splits; writes workdir/eval/metrics.json and the
-  page people look at, workdir/eval/report.html."""
-  task, mesh, graphdef, variables, step = load_trained(config, workdir)
-  scores, details = {'step': step}, {}
+  """Scores every split in config.eval.splits; writes workdir/eval/metrics.json and the page
+  people look at, workdir/eval/report.html. Returns what metrics.json holds: the step, and
+  each split's scores with flat 'a/b/c' keys."""
+  task, model = trained_model(config, workdir)
+  metrics, sections = {'step': model.step}, []
   for split in config.eval.splits:
-    details[split] = {}
-    scores[split] = task.evaluate(config, split, graphdef, variables, mesh, workdir,
-                                  details[split])
-  write_json(files.join(workdir, 'eval', 'metrics.json'), scores)
+    evaluator = task.evaluator(config, split, workdir)
+    scores, details = evaluator.run(model)
+    metrics[split] = evaluation.flatten(scores)
+    sections += evaluator.report_sections(scores, details)
   if jax.process_index() == 0:
-    report.write(config, workdir, scores, details)
-  return scores
+    files.write_atomic(files.join(workdir, 'eval', 'metrics.json'),
+                       json.dumps(metrics, indent=2, sort_keys=True))
+    report.write(config, workdir, model.step, sections)
+  return metrics

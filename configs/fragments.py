@@ -15,17 +15,16 @@ DATA holds train/ and test/ folders of WID_PID_FID.jpg fragments (the HisFrag20 
 """
 import ml_collections
 
-from bengrapheme import augment
+from bengrapheme import train
 
 
 def get_config(arg='demo'):
   if arg not in ('demo', 'hisfrag20', 'test'):
     raise ValueError(f'configs/fragments.py:{arg}: expected one of demo, hisfrag20, test')
-  c = ml_collections.ConfigDict()
+  c = train.default_config()  # the trainer's fields; what follows is this task's
   c.task = 'retrieval.task'
-  c.seed = 0
-  # format='tfds' reads a TFDS build in tfds_dir instead of DATA (retrieval/tfds_hisfrag20.py).
-  c.data = dict(dir='', cache_dir='', format='folder', tfds_dir='')
+  # data.dir holds train/ and test/; format='tfds' reads retrieval/tfds_hisfrag20.py's build.
+  c.data.format = 'folder'
   # Fragments are fitted (aspect kept, black padding) into load_size squares once; training
   # sees random crop_size crops, evaluation the whole fitted fragment. 512 keeps the demo's
   # fragments near their own scale (writer mAP 0.249 vs 0.212 when fitted into 256).
@@ -40,22 +39,17 @@ def get_config(arg='demo'):
   c.loss = dict(name='multi_similarity',
                 margin=ml_collections.FieldReference(None, field_type=float))
   # Handwriting slant and size identify writers: only mild geometric jitter, no mixing.
-  c.aug = augment.default_config()
   c.aug.update(rotate_deg=3.0, shear_deg=0.0, scale=(0.9, 1.1), translate=0.0,
                grid_mask_prob=0.0, mix_prob=0.0)
-  c.train = dict(
-      steps=600, batch_size=64, writers_per_batch=16, lr=1e-3, warmup_steps=50,
-      final_lr_fraction=0.01, weight_decay=0.05, grad_clip=1.0, ema_decay=0.0,
-      grad_accum_steps=1, skip_nonfinite=False, log_every=25, checkpoint_every=100,
-      keep_checkpoints=3,
-      # (first, last): write a jax.profiler trace of these steps to WORKDIR/profile.
-      profile_steps=(0, 0))
+  # P x K batches: writers_per_batch writers, batch_size / writers_per_batch fragments each.
+  c.train.update(steps=600, batch_size=64, lr=1e-3, warmup_steps=50, log_every=25,
+                 checkpoint_every=100)
+  c.train.writers_per_batch = 16
   # pca_whitening: dims of a PCA-whitening fitted on the train embeddings (0 = off); the
   # evaluator then also reports 'encoder_whitened'. Off by default: fitted on the demo's 60
   # train writers it halved writer mAP (0.194 vs 0.435 at 2,000 steps with 64 dims).
-  c.eval = dict(every=300, splits=('test',), batch_size=32, srs_lbp=True,
-                lbp_fit_fragments=1000, export_distances=True, pca_whitening=0)
-  c.mesh = dict(data=-1, fsdp=1)
+  c.eval.update(every=300, splits=('test',), batch_size=32)
+  c.eval.update(srs_lbp=True, lbp_fit_fragments=1000, export_distances=True, pca_whitening=0)
 
   if arg == 'hisfrag20':
     # ResNet-50 trunk in colour at higher resolution, bf16, EMA; P x K = 64 writers x 4.

@@ -12,22 +12,17 @@ Variants, each run with the trainer CLI:
   # Tiny, for the tests:
   python -m launch.train --config configs/grapheme.py:test --data DIR --workdir DIR
 """
-import ml_collections
-
-from bengrapheme import augment
+from bengrapheme import train
 
 
 def get_config(arg='demo'):
   if arg not in ('demo', 'kaggle', 'test'):
     raise ValueError(f"configs/grapheme.py:{arg}: expected one of demo, kaggle, test")
-  c = ml_collections.ConfigDict()
+  c = train.default_config()  # the trainer's fields; what follows is this task's
   c.task = 'bengrapheme.grapheme.task'
-  c.seed = 0
-
-  # data.dir is the Kaggle folder as downloaded (may be read-only); --data sets it.
-  # The prepared random-access copy goes to cache_dir ('' = WORKDIR/prepared).
-  # format='tfds' reads a TFDS build in tfds_dir instead (bengrapheme/grapheme/tfds_bengaliai.py).
-  c.data = dict(dir='', cache_dir='', val_fraction=0.02, format='kaggle', tfds_dir='')
+  # data.dir: the Kaggle folder; format='tfds' reads bengrapheme/grapheme/tfds_bengaliai.py's
+  # build in tfds_dir instead. val_fraction: a seeded hold-out of train.csv.
+  c.data.update(format='kaggle', val_fraction=0.02)
   # (height, width) the model sees; crop_to_ink scales each grapheme's ink box to fill it.
   c.input = dict(size=(56, 96), crop_to_ink=True, ink_threshold=0.25, num_threads=8)
   c.model = dict(
@@ -36,19 +31,13 @@ def get_config(arg='demo'):
       args=dict(depth=10, width=24, stem='imagenet', dtype='float32'),
       grapheme_head=True,  # the 1,295-way whole-grapheme head (seen vs unseen graphemes)
       grapheme_loss_weight=0.5)
-  c.aug = augment.default_config()
   c.aug.mix_prob = 0.2  # CutMix on a fifth of the batches: a short schedule needs clean ones
-  c.train = dict(
-      steps=1000, batch_size=128, lr=2e-3, warmup_steps=100, final_lr_fraction=0.01,
-      weight_decay=0.05, grad_clip=1.0, ema_decay=0.0, grad_accum_steps=1,
-      skip_nonfinite=False, log_every=50, checkpoint_every=250, keep_checkpoints=3,
-      # (first, last): write a jax.profiler trace of these steps to WORKDIR/profile.
-      profile_steps=(0, 0))
-  c.eval = dict(every=500, splits=('val', 'test'), batch_size=256)
+  c.train.update(steps=1000, batch_size=128, lr=2e-3, warmup_steps=100, log_every=50,
+                 checkpoint_every=250)
+  c.eval.update(every=500, splits=('val', 'test'), batch_size=256)
   # A whole-grapheme prediction at least this confident overrides the component heads
   # (0.9 beat 0.5 on the synthetic test: 0.760 vs 0.742 overall, unseen 0.551 vs 0.497).
   c.predict = dict(seen_threshold=0.9)
-  c.mesh = dict(data=-1, fsdp=1)  # data=-1: all devices not used by fsdp
 
   if arg == 'kaggle':
     # The full recipe at native resolution: ResNet-34 trunk, bf16 compute, EMA, ~60 epochs.

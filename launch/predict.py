@@ -11,8 +11,11 @@ def main(argv):
   del argv
   from bengrapheme import train
   config = flags.config()
-  task, mesh, graphdef, variables, _ = train.load_trained(config, flags.WORKDIR.value)
-  print(task.predict(config, graphdef, variables, mesh, flags.WORKDIR.value))
+  task, model = train.trained_model(config, flags.WORKDIR.value)
+  if not hasattr(task, 'predict'):
+    raise SystemExit(f'{config.task} has no predictor (no submission format): use '
+                     'python -m launch.evaluate for its scores and exports')
+  print(task.predict(config, model, flags.WORKDIR.value))
 
 
 if __name__ == '__main__':

@@ -12,6 +12,8 @@ import os
 import numpy as np
 from absl import app, flags
 
+from bengrapheme import files
+
 DISTANCES = flags.DEFINE_string('distances', None, 'N x N distance CSV with file names.')
 DATA = flags.DEFINE_string('data', None, 'Folder of the N fragments (WID_PID_FID.jpg).')
 OUT = flags.DEFINE_string('out', None, 'Also write the metrics to this JSON file.')
@@ -19,8 +21,8 @@ flags.mark_flags_as_required(['distances', 'data'])
 
 
 def score(distances_csv, folder):
-  from retrieval import metrics, reader
-  distances, names = metrics.read_distance_csv(distances_csv)
+  from retrieval import distances_io, metrics, reader
+  distances, names = distances_io.read_distance_csv(distances_csv)
   fragments = {os.path.basename(f.path): f for f in reader.list_fragments(folder)}
   unknown = [n for n in names if n not in fragments]
   if unknown:
@@ -44,9 +46,7 @@ def run(distances_csv, folder, out=None):
   """Scores the matrix; writes `out` (whole, or not at all) when given; returns the report."""
   report = score(distances_csv, folder)
   if out:
-    with open(out + '.tmp', 'w') as f:
-      json.dump(report, f, indent=2, sort_keys=True)
-    os.replace(out + '.tmp', out)
+    files.write_atomic(out, json.dumps(report, indent=2, sort_keys=True))
   return report
 
 

@@ -19,17 +19,17 @@ The HisFrag20 organisers' baseline, following their tools (bilde `lbpFeatures2 -
   empty gives an all-zero block. The 12 blocks are concatenated: 3,072 values.
 - Retrieval: PCA to 200 dims fitted on the training set (centred, not whitened) -> Hellinger
   (signed square root) -> L2 normalisation, compared with the L1 (cityblock) distance:
-  `retrieval.metrics.retrieval_metrics(embed(pca, f), labels, metric='cityblock')`.
+  `retrieval_metrics(embed(pca.fit(train_features, 200), f), labels, metric='cityblock')`.
 
 numpy only: ~25 ms of one core per 300 x 300 fragment (12 radii), so 5k fragments take about
-a minute on 2 cores with one worker process per core.
+a minute on 2 cores with one worker thread per core (numpy releases the GIL).
 """
 
 import math
-from typing import NamedTuple
-
 import numpy as np
 from scipy import ndimage
+
+from retrieval import pca as pca_lib
 
 RADII = tuple(range(1, 13))
 NUM_BINS = 256
@@ -79,30 +79,11 @@ def lbp_features(gray, mask=None, *, radii=RADII, threshold='otsu'):
   return np.concatenate(blocks).astype(np.float32)
 
 
-class PCA(NamedTuple):
-  mean: np.ndarray  # [3072]
-  components: np.ndarray  # [dim, 3072], rows = principal axes
-
-
-def fit_pca(features, dim=200):
-  """PCA (centred, not whitened) of training features [n, D]; axis signs fixed for refits."""
-  x = np.asarray(features, np.float64)
-  if x.ndim != 2:
-    raise ValueError(f'features must be [n, D], got shape {x.shape}')
-  if not 1 <= dim <= min(x.shape):
-    raise ValueError(f'dim must be in [1, min(n, D)] = [1, {min(x.shape)}], got {dim}')
-  mean = x.mean(axis=0)
-  _, _, vt = np.linalg.svd(x - mean, full_matrices=False)
-  axes = vt[:dim]
-  axes *= np.sign(axes[np.arange(dim), np.abs(axes).argmax(axis=1)])[:, None]
-  return PCA(mean.astype(np.float32), axes.astype(np.float32))
-
-
 def embed(pca, features):
-  """Features [N, D] -> float32 [N, dim]: PCA, Hellinger (signed sqrt), L2 normalisation."""
-  y = (np.asarray(features, np.float32) - pca.mean) @ pca.components.T
-  y = np.sign(y) * np.sqrt(np.abs(y))
-  return y / np.maximum(np.linalg.norm(y, axis=1, keepdims=True), np.finfo(np.float32).tiny)
+  """Features [N, D] -> float32 [N, dim]: PCA (retrieval/pca.py, fitted on train features),
+  Hellinger (signed sqrt), L2 normalisation."""
+  y = pca_lib.project(pca, features)
+  return pca_lib.l2_normalise(np.sign(y) * np.sqrt(np.abs(y)))
 
 
 def _offsets(radius):

@@ -1,4 +1,4 @@
-"""Retrieval metrics for HisFrag20-style scoring, distance-matrix CSV I/O, PCA whitening.
+"""Retrieval metrics for HisFrag20-style scoring, from embeddings or a distance matrix.
 
 Scoring follows the organisers' evaluator: every item is a query against all others (the
 query itself is never retrieved); relevant = same label; queries without any relevant item
@@ -41,10 +41,7 @@ Built for many small classes; a labeling with classes of thousands of items is s
 """
 
 import functools
-import os
-import tempfile
 from collections.abc import Mapping
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -64,7 +61,8 @@ GROUP = 4
 L1_DIMS = 16
 
 
-def retrieval_metrics(embeddings, labels, *, metric='euclidean', block_size=256):
+def retrieval_metrics(embeddings, labels, *, metric='euclidean', block_size=256,
+                      per_query=False):
   """Retrieval metrics of all-vs-all queries over `embeddings` [N, d].
 
   `labels`: one labeling ([N] array of ids: writer or page ids) -> a dict with `map`, `top1`,
@@ -74,7 +72,9 @@ def retrieval_metrics(embeddings, labels, *, metric='euclidean', block_size=256)
 
   `metric`: 'euclidean' ranks by squared Euclidean distance (same order, fewer rounding
   merges than taking the root), 'cosine' by 1 - cosine similarity, 'cityblock' by L1 distance.
-  Distances are computed in float32.
+  Distances are computed in float32. per_query: each labeling's dict also holds `ap`, float64
+  [N], the AP of each item as a query (NaN for one without a relevant item), whose mean over
+  the finite entries is `map`.
   """
   x = _prepare(embeddings, metric)
   names, codes = _encode_labels(labels, x.shape[0])
@@ -124,7 +124,8 @@ def retrieval_metrics(embeddings, labels, *, metric='euclidean', block_size=256)
   codes_p = jnp.asarray(codes_p)
   stats = [_ring_stats(thr, counts, cand_le, i, cand_p[i], queries[i], codes_p, n_chunks[i])
            for i in range(nb)]
-  return _summarise(names, np.concatenate([np.asarray(s) for s in stats], axis=2))
+  by_item = np.concatenate([np.asarray(s) for s in stats], axis=2)[:, :, position[:n]]
+  return _summarise(names, by_item, per_query)
 
 
 def metrics_from_distances(distances, labels, *, item_names=None, block_size=256,
@@ -389,23 +390,27 @@ def _plan(codes, block_size, *, odd):
   return cand, order, b, nb, (-(-largest // CHUNK)).astype(np.int32)
 
 
-def _summarise(names, stats):
-  """Metrics from the per-query sums [5, L, Q] of `_block_stats`."""
+def _summarise(names, stats, per_query=False):
+  """Metrics from the per-query sums [5, L, Q] of `_block_stats` (Q in item order when
+  per_query)."""
   precision, top1, hits10, hits100, n_rel = np.asarray(stats, np.float64)
   out = []
   for l in range(n_rel.shape[0]):
     keep = n_rel[l] > 0
     k = int(keep.sum())
+    ap = np.where(keep, precision[l] / np.maximum(n_rel[l], 1), np.nan)
     if k == 0:
       out.append(dict(map=0.0, top1=0.0, pr10=0.0, pr100=0.0, num_queries=0))
-      continue
-    nr = n_rel[l][keep]
-    out.append(dict(
-        map=float(np.mean(precision[l][keep] / nr)),
-        top1=float(np.mean(top1[l][keep])),
-        pr10=float(np.mean(hits10[l][keep] / np.minimum(10, nr))),
-        pr100=float(np.mean(hits100[l][keep] / np.minimum(100, nr))),
-        num_queries=k))
+    else:
+      nr = n_rel[l][keep]
+      out.append(dict(
+          map=float(np.mean(ap[keep])),
+          top1=float(np.mean(top1[l][keep])),
+          pr10=float(np.mean(hits10[l][keep] / np.minimum(10, nr))),
+          pr100=float(np.mean(hits100[l][keep] / np.minimum(100, nr))),
+          num_queries=k))
+    if per_query:
+      out[-1]['ap'] = ap
   return out[0] if names is None else dict(zip(names, out))
 
 
@@ -434,139 +439,3 @@ def _check_distances(d, tol, block_size, names):
       raise ValueError(f'distance matrix is not symmetric: {entry(s + i, j)} is '
                        f'{rows[i, j]:.9g} but D[{j}, {s + i}] is {cols[i, j]:.9g}; |D - D.T| '
                        f'reaches {err.max():.3g} > {tol:g} x max|D| = {limit:.3g}')
-
-
-# ---------------------------------------------------------------------------- CSV export
-
-
-def write_distance_csv(path, distances, names):
-  """Writes an N x N distance matrix as CSV with a header of file names.
-
-  Exactly: a header line of an empty corner cell and the N names, then N lines; line i is
-  `names[i]` followed by the N distances of row i, comma separated (pandas reads it with
-  `index_col=0`; the organisers' evaluator layout is the same without the header line), each printed with enough digits to read back bit-exact ('%.9g' for
-  float32 input, '%.17g' otherwise); '\\n' line ends. The file appears atomically: it is
-  written to a temporary file in the same folder, then renamed over `path`.
-  """
-  d = np.asarray(distances)
-  if d.ndim != 2 or d.shape[0] != d.shape[1]:
-    raise ValueError(f'distance matrix must be square, got shape {d.shape}')
-  names = [str(s) for s in names]
-  if len(names) != d.shape[0]:
-    raise ValueError(f'{len(names)} names for a {d.shape[0]} x {d.shape[0]} matrix')
-  if any((',' in s) or ('\n' in s) or ('\r' in s) or (s == '') for s in names):
-    raise ValueError('names must be non-empty and contain no comma or line break')
-  fmt = '%.9g' if d.dtype == np.float32 else '%.17g'
-  line = ','.join([fmt] * d.shape[1]) + '\n'
-  folder = os.path.dirname(os.path.abspath(path))
-  fd, tmp = tempfile.mkstemp(prefix='.' + os.path.basename(path) + '.', dir=folder)
-  try:
-    with os.fdopen(fd, 'w', newline='') as f:
-      f.write(',' + ','.join(names) + '\n')
-      for name, row in zip(names, d):
-        f.write(name + ',' + line % tuple(row.tolist()))
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    os.unlink(tmp)
-    raise
-
-
-def read_distance_csv(path):
-  """Reads a distance CSV -> (float64 [N, N] distances, list of N names).
-
-  Accepts the layout `write_distance_csv` writes (each line: name, then N distances) and a
-  header layout (a first line of N names, optionally after one empty corner cell, then N lines
-  of N distances, each optionally led by its name). Raises ValueError naming the file and line
-  for a row of the wrong length, a field that is not a number, a row named differently from
-  its header column, or a name given twice. NaN / Inf and asymmetry are
-  `metrics_from_distances`'s to check.
-  """
-  with open(path, newline='') as f:
-    lines = [(k, s) for k, s in enumerate(f.read().splitlines(), 1) if s.strip()]
-  if not lines:
-    raise ValueError(f'{path}: empty distance file')
-  first = [s.strip() for s in lines[0][1].split(',')]
-  header = None
-  if not _all_numbers(first[1:]):
-    header = first[1:] if first[0] == '' else first
-    lines = lines[1:]
-  n = len(lines)
-  names, rows = [], []
-  for r, (line, s) in enumerate(lines):
-    fields = s.split(',')
-    if len(fields) == n + 1 or not _all_numbers(fields[:1]):
-      names.append((r, line, fields[0].strip()))
-      fields = fields[1:]
-    if len(fields) != n:
-      raise ValueError(f'{path}: line {line} has {len(fields)} distances, expected {n}')
-    try:
-      rows.append(np.array(fields, np.float64))
-    except ValueError:
-      bad = next(x for x in fields if not _all_numbers([x]))
-      raise ValueError(f'{path}: line {line}: {bad.strip()!r} is not a number; expected '
-                       f'{n} distances') from None
-  if header is not None:
-    if len(header) != n:
-      raise ValueError(f'{path}: header has {len(header)} names for {n} rows')
-    for r, line, name in names:
-      if name != header[r]:
-        raise ValueError(f'{path}: line {line} is named {name!r} but column {r + 1} of the '
-                         f'header is {header[r]!r}; expected the rows in the header\'s order')
-    names = header
-  elif len(names) != n:
-    raise ValueError(f'{path}: every line must start with its name')
-  else:
-    names = [name for _, _, name in names]
-  first_index = {}
-  for k, name in enumerate(names):
-    if name in first_index:
-      raise ValueError(f'{path}: name {name!r} is given twice, for rows {first_index[name] + 1} '
-                       f'and {k + 1} (counting from 1); expected each item once')
-    first_index[name] = k
-  return np.stack(rows), names
-
-
-def _all_numbers(fields):
-  try:
-    [float(s) for s in fields]
-  except ValueError:
-    return False
-  return True
-
-
-# ---------------------------------------------------------------------------- PCA whitening
-
-
-class PCAWhitening(NamedTuple):
-  mean: np.ndarray  # [d]
-  projection: np.ndarray  # [d, dim]: principal axes scaled by 1 / sqrt(variance + eps)
-
-
-def fit_pca_whitening(train_embeddings, dim, *, eps=1e-6):
-  """PCA whitening fitted on training embeddings [n, d] keeping `dim` axes.
-
-  Axes come from the eigendecomposition of the float64 covariance; each axis' sign is fixed
-  (largest-magnitude coefficient positive) so refits give the same projection.
-  """
-  x = np.asarray(train_embeddings, np.float64)
-  if x.ndim != 2:
-    raise ValueError(f'train_embeddings must be [n, d], got shape {x.shape}')
-  if not 1 <= dim <= min(x.shape[0] - 1, x.shape[1]):
-    raise ValueError(f'dim must be in [1, min(n - 1, d)] = [1, {min(x.shape[0] - 1, x.shape[1])}], '
-                     f'got {dim}')
-  mean = x.mean(axis=0)
-  xc = x - mean
-  var, axes = np.linalg.eigh(xc.T @ xc / (x.shape[0] - 1))
-  top = np.argsort(var)[::-1][:dim]
-  var, axes = var[top], axes[:, top]
-  axes *= np.sign(axes[np.abs(axes).argmax(axis=0), np.arange(dim)])
-  return PCAWhitening(mean.astype(np.float32),
-                      (axes / np.sqrt(np.maximum(var, 0.0) + eps)).astype(np.float32))
-
-
-def apply_pca_whitening(params, embeddings):
-  """Whitens embeddings [N, d] -> float32 [N, dim], then L2-normalises each row."""
-  y = (np.asarray(embeddings, np.float32) - params.mean) @ params.projection
-  return y / np.maximum(np.linalg.norm(y, axis=1, keepdims=True), np.finfo(np.float32).tiny)

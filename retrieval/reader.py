@@ -138,6 +138,10 @@ class FragmentSource:
         valid_pixels=np.int32(valid_pixel_count(rgb)),
     )
 
+  def __repr__(self):
+    return (f'FragmentSource({self.folder!r}, size={self.size}, color={self.color}: '
+            f'{len(self)} fragments, {self.num_writers} writers, {self.num_pages} pages)')
+
 
 def valid_pixel_count(rgb):
   """Pixels of rgb [H, W, 3] with any channel above BLACK_THRESHOLD (inside the fragment).
@@ -148,7 +152,3 @@ def valid_pixel_count(rgb):
   r, g, b = Image.fromarray(rgb).split()
   brightest = ImageChops.lighter(ImageChops.lighter(r, g), b)
   return brightest.width * brightest.height - sum(brightest.histogram()[:BLACK_THRESHOLD + 1])
-
-  def __repr__(self):
-    return (f'FragmentSource({self.folder!r}, size={self.size}, color={self.color}: '
-            f'{len(self)} fragments, {self.num_writers} writers, {self.num_pages} pages)')

@@ -1,10 +1,10 @@
 """The fragment retrieval sections of report.html: encoder vs SRS-LBP, precision-recall
 curves, AP against fragment size, and queries with their top results marked right or wrong.
 
-Per-query AP and ranks are recomputed here, in numpy, block by block from the embeddings:
-the evaluator's kernel (retrieval/metrics.py) returns only averages. The rules are the
-evaluator's: the query itself is never retrieved and every tie counts against the query, so
-the mean of the per-query APs is the reported mAP.
+Each query's AP comes from the evaluator's metrics kernel (retrieval/metrics.py). The
+precision-recall curves and each query's nearest items are computed here, in numpy, block by
+block from the embeddings, by the same rules: the query itself is never retrieved and every
+tie counts against the query.
 """
 import numpy as np
 import scipy.spatial.distance
@@ -35,8 +35,7 @@ def distances(queries, items, metric):
 def rank_queries(embeddings, labelings, metric, *, top_k=TOP_K, block_size=256):
   """Every item as a query against all others.
 
-  Returns (ap, pr, top): ap {labeling: [N] AP of each query, NaN for a query without a
-  relevant item}; pr {labeling: [len(RECALL_LEVELS)] interpolated precision at each recall
+  Returns (pr, top): pr {labeling: [len(RECALL_LEVELS)] interpolated precision at each recall
   level, averaged over the queries with a relevant item}; top [N, top_k] each query's nearest
   items, nearest first. Memory: one block of block_size x N distances at a time.
   """
@@ -48,8 +47,8 @@ def rank_queries(embeddings, labelings, metric, *, top_k=TOP_K, block_size=256):
     codes = np.unique(labels, return_inverse=True)[1].reshape(n)
     members = np.split(np.argsort(codes, kind='stable'), np.cumsum(np.bincount(codes))[:-1])
     groups[name] = codes, members
-  ap = {name: np.full(n, np.nan) for name in labelings}
   pr = {name: np.zeros(len(RECALL_LEVELS)) for name in labelings}
+  queries = dict.fromkeys(labelings, 0)
   top = np.zeros((n, k), np.int64)
   for start in range(0, n, block_size):
     d = distances(x[start:start + block_size], x, metric)
@@ -73,22 +72,24 @@ def rank_queries(embeddings, labelings, metric, *, top_k=TOP_K, block_size=256):
         # no metric).
         ranks = (np.searchsorted(ordered[r], found, 'right') -
                  np.searchsorted(found, found, 'right') + i)
-        precision = i / ranks
-        ap[name][q] = precision.mean()
         # Interpolated precision at recall R: the best precision at any recall >= R.
-        best = np.maximum.accumulate(precision[::-1])[::-1]
+        best = np.maximum.accumulate((i / ranks)[::-1])[::-1]
         pr[name] += best[np.maximum(np.ceil(RECALL_LEVELS * len(found) - 1e-9) - 1, 0)
                          .astype(int)]
+        queries[name] += 1
   for name in labelings:
-    pr[name] /= max(np.isfinite(ap[name]).sum(), 1)
-  return ap, pr, top
+    pr[name] /= max(queries[name], 1)
+  return pr, top
 
 
-def sections(config, split, scores, details):
-  src = details['source']
+def sections(split, scores, details, src):
+  """The report of one split: scores as the evaluator returns them (nested), details its
+  per-method embeddings, metric and per-query AP, src the split's fragments."""
   labelings = {'writer': src.writer_ids, 'page': src.page_ids}
-  ranked = {method: rank_queries(x, labelings, metric)
-            for method, (x, metric) in details['embeddings'].items()}
+  ranked = {}
+  for method, ranked_by in details.items():
+    pr, top = rank_queries(ranked_by['embeddings'], labelings, ranked_by['metric'])
+    ranked[method] = ranked_by['ap'], pr, top
   return [report.tag('h2', f'Fragments: split {split!r}'),
           report.note(f'{len(src):,} fragments of {len(np.unique(src.writer_ids)):,} writers '
                       f'and {len(np.unique(src.page_ids)):,} pages; every fragment is a query '
@@ -98,11 +99,10 @@ def sections(config, split, scores, details):
 
 
 def methods(scores):
-  names = list(dict.fromkeys(k.split('/')[0] for k in scores if k.count('/') == 2))
+  names = [name for name, block in scores.items() if isinstance(block, dict)]
   columns = [(labeling, k) for labeling in LABELINGS for k in METRIC_NAMES]
   headers = [f'{labeling} {METRIC_NAMES[k]}' for labeling, k in columns]
-  rows = [[name, *[scores[f'{name}/{labeling}/{k}'] for labeling, k in columns]]
-          for name in names]
+  rows = [[name, *[scores[name][labeling][k] for labeling, k in columns]] for name in names]
   chart = report.bar_chart(headers, {name: row[1:] for name, row in zip(names, rows)},
                            title='Retrieval scores by method', y_label='score', width=900)
   parts = [report.tag('h3', 'Encoder vs SRS-LBP'), report.table(['method', *headers], rows),

@@ -19,11 +19,11 @@ Every page depends only on (seed, writer, page), so the output does not depend o
 import argparse
 import functools
 import os
-import shutil
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
+from bengrapheme import files
 from retrieval import fragments
 
 FONT_ROOT = '/usr/share/fonts'
@@ -402,27 +402,22 @@ def write_dataset(out_dir, writers_train, writers_test, pages_per_writer, seed=0
   if os.path.isdir(out_dir) and os.listdir(out_dir):
     raise ValueError(f'{out_dir}: already holds files; expected a new or empty folder')
   # Written under a temporary name and renamed at the end: an interrupted run never leaves
-  # a dataset that looks complete.
-  final_dir, out_dir = out_dir, f'{out_dir.rstrip(os.sep)}.tmp-{os.getpid()}'
-  for split in ('train', 'test'):
-    fragments.make_empty_dir(os.path.join(out_dir, split))
-  params = params or fragments.FragmentParams()
-  jobs, splits = [], []
-  for writer in range(1, writers_train + writers_test + 1):
-    split = 'train' if writer <= writers_train else 'test'
-    for k in range(pages_per_writer):
-      page = (writer - 1) * pages_per_writer + k + 1
-      jobs.append((os.path.join(out_dir, split), pages_dir, seed, writer, page, params,
-                   page_size))
-      splits.append(split)
+  # a dataset that looks complete. Not fsynced file by file: a rerun rebuilds it.
   if pages_dir is not None:
     fragments.make_empty_dir(pages_dir)
-  try:
+  params = params or fragments.FragmentParams()
+  with files.atomic_dir(out_dir, durable=False) as tmp:
+    jobs, splits = [], []
+    for writer in range(1, writers_train + writers_test + 1):
+      split = 'train' if writer <= writers_train else 'test'
+      for k in range(pages_per_writer):
+        page = (writer - 1) * pages_per_writer + k + 1
+        jobs.append((os.path.join(tmp, split), pages_dir, seed, writer, page, params,
+                     page_size))
+        splits.append(split)
+    for split in ('train', 'test'):
+      fragments.make_empty_dir(os.path.join(tmp, split))
     counts = fragments.run_jobs(_page_job, jobs, workers, 'pages')
-  except BaseException:
-    shutil.rmtree(out_dir, ignore_errors=True)
-    raise
-  os.replace(out_dir, final_dir)
   return {split: sum(c for c, s in zip(counts, splits) if s == split)
           for split in ('train', 'test')}
 

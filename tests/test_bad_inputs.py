@@ -24,13 +24,13 @@ import pytest
 from PIL import Image
 
 from bengrapheme.grapheme import kaggle
-from bengrapheme.grapheme import task as grapheme_task
+from bengrapheme.grapheme import data as grapheme_data_lib, evaluate as grapheme_evaluate
 from configs import fragments as fragment_configs
 from configs import grapheme as grapheme_configs
 from conftest import run_module
 from launch import score_distances as score_cli
-from retrieval import metrics, reader
-from retrieval import task as fragment_task
+from retrieval import distances_io, reader
+from retrieval import data as fragment_data_lib
 
 GRAPHEME_CONFIG = 'configs/grapheme.py:test'
 
@@ -138,7 +138,7 @@ def write_distances(data):
   a = np.random.default_rng(0).random((len(names), len(names)))
   d = np.round(a + a.T, 3)
   np.fill_diagonal(d, 0)
-  metrics.write_distance_csv(data / 'distances.csv', d, names)
+  distances_io.write_distance_csv(data / 'distances.csv', d, names)
 
 
 def damage_distances(edit):
@@ -215,23 +215,23 @@ def fragment_config(data):
 
 def grapheme_train(data, work):
   """What launch.train reads first: validates and prepares the train split."""
-  grapheme_task.source(grapheme_config(data), str(work), 'train')
+  grapheme_data_lib.source(grapheme_config(data), str(work), 'train')
 
 
 def grapheme_predict(data, work):
   """launch.predict after the model is loaded; the test split is read before the model is
   touched, so no model is needed to reach the data errors."""
-  grapheme_task.predict(grapheme_config(data), None, None, None, str(work))
+  grapheme_evaluate.predict(grapheme_config(data), None, str(work))
 
 
 def fragments_source(split):
   def call(data, work):
-    fragment_task.source(fragment_config(data), str(work), split)
+    fragment_data_lib.source(fragment_config(data), str(work), split)
   return call
 
 
 def fragments_train(data, work):
-  fragment_task.train_data(fragment_config(data), str(work), local_batch=16)
+  fragment_data_lib.train_data(fragment_config(data), str(work), local_batch=16)
 
 
 def score_distances(data, work):
@@ -468,7 +468,7 @@ def test_undamaged_copies_pass(grapheme_data, fragment_data, tmp_path):
     kaggle.validate(grapheme_data, split)
   data = tmp_path / 'data'
   shutil.copytree(fragment_data, data, copy_function=os.link)
-  fragment_task.check_training_writers(str(data / 'train'))
+  fragment_data_lib.check_training_writers(str(data / 'train'))
   fragments_source('test')(data, tmp_path / 'work')
   write_distances(data)
   score_distances(data, tmp_path / 'work')

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from retrieval import lbp, metrics
+from retrieval import lbp, metrics, pca as pca_lib
 
 RAMP = np.array([[10, 20, 30],
                  [40, 50, 60],
@@ -119,15 +119,15 @@ def test_otsu_matches_bilde(seed):
 def test_pca_embed():
   rng = np.random.default_rng(3)
   feats = rng.random((30, 3072)).astype(np.float32)
-  pca = lbp.fit_pca(feats, dim=10)
+  pca = pca_lib.fit(feats, dim=10)
   out = lbp.embed(pca, feats[:5])
   assert out.shape == (5, 10) and out.dtype == np.float32
   y = (feats[:5] - pca.mean) @ pca.components.T
   want = np.sign(y) * np.sqrt(np.abs(y))
   np.testing.assert_allclose(out, want / np.linalg.norm(want, axis=1, keepdims=True), rtol=1e-5)
-  np.testing.assert_array_equal(pca.components, lbp.fit_pca(feats, dim=10).components)
+  np.testing.assert_array_equal(pca.components, pca_lib.fit(feats, dim=10).components)
   with pytest.raises(ValueError, match='dim'):
-    lbp.fit_pca(feats, dim=31)
+    pca_lib.fit(feats, dim=31)
 
 
 def test_texture_styles_separate():
@@ -137,7 +137,7 @@ def test_texture_styles_separate():
   train = np.stack([lbp.lbp_features(texture(k, s)) for k in kinds for s in range(100, 106)])
   test = np.stack([lbp.lbp_features(texture(k, s)) for k in kinds for s in range(5)])
   labels = np.repeat([0, 1], 5)
-  emb = lbp.embed(lbp.fit_pca(train, dim=8), test)
+  emb = lbp.embed(pca_lib.fit(train, dim=8), test)
   d = np.abs(emb[:, None] - emb[None]).sum(-1)
   same = labels[:, None] == labels[None]
   off = ~np.eye(len(labels), dtype=bool)

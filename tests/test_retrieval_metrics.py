@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from retrieval import metrics
+from retrieval import distances_io, metrics, pca
 
 N = 101  # prime: no block size below divides it
 
@@ -175,8 +175,8 @@ def test_csv_round_trip(tmp_path):
   d = rng.random((6, 6)).astype(np.float32)
   names = [f'{w}_{p}_{f}.jpg' for w, p, f in rng.integers(0, 99, (6, 3))]
   path = tmp_path / 'dm.csv'
-  metrics.write_distance_csv(path, d, names)
-  back, back_names = metrics.read_distance_csv(path)
+  distances_io.write_distance_csv(path, d, names)
+  back, back_names = distances_io.read_distance_csv(path)
   np.testing.assert_array_equal(back.astype(np.float32), d)
   assert back_names == names
   lines = path.read_text().splitlines()
@@ -187,12 +187,12 @@ def test_csv_round_trip(tmp_path):
 
 def test_csv_failed_write_leaves_old_file(tmp_path):
   path = tmp_path / 'dm.csv'
-  metrics.write_distance_csv(path, np.eye(2), ['a.jpg', 'b.jpg'])
+  distances_io.write_distance_csv(path, np.eye(2), ['a.jpg', 'b.jpg'])
   before = path.read_text()
   with pytest.raises(ValueError, match='comma'):
-    metrics.write_distance_csv(path, np.eye(2), ['a,1.jpg', 'b.jpg'])
+    distances_io.write_distance_csv(path, np.eye(2), ['a,1.jpg', 'b.jpg'])
   with pytest.raises(TypeError):
-    metrics.write_distance_csv(path, np.array([[0, 1], [1, None]], object), ['a.jpg', 'b.jpg'])
+    distances_io.write_distance_csv(path, np.array([[0, 1], [1, None]], object), ['a.jpg', 'b.jpg'])
   assert path.read_text() == before
   assert os.listdir(tmp_path) == ['dm.csv']
 
@@ -200,24 +200,25 @@ def test_csv_failed_write_leaves_old_file(tmp_path):
 def test_csv_reads_header_layout(tmp_path):
   path = tmp_path / 'dm.csv'
   path.write_text('a.jpg,b.jpg,c.jpg\n0,1,2\n1,0,3\n2,3,0\n')
-  d, names = metrics.read_distance_csv(path)
+  d, names = distances_io.read_distance_csv(path)
   assert names == ['a.jpg', 'b.jpg', 'c.jpg']
   np.testing.assert_array_equal(d, [[0, 1, 2], [1, 0, 3], [2, 3, 0]])
   path.write_text(',a.jpg,b.jpg\na.jpg,0,1\nb.jpg,1,0\n')
-  d, names = metrics.read_distance_csv(path)
+  d, names = distances_io.read_distance_csv(path)
   assert names == ['a.jpg', 'b.jpg'] and d[0, 1] == 1
 
 
 def test_pca_whitening():
   rng = np.random.default_rng(6)
   train = rng.standard_normal((500, 16)) @ rng.standard_normal((16, 16)) + 3.0
-  params = metrics.fit_pca_whitening(train, 8)
-  y = (train - params.mean) @ params.projection
+  params = pca.fit(train, 8, whiten=True)
+  y = pca.project(params, train)
   np.testing.assert_allclose(np.cov(y, rowvar=False), np.eye(8), atol=1e-3)
-  out = metrics.apply_pca_whitening(params, train[:10])
+  out = pca.l2_normalise(pca.project(params, train[:10]))
   assert out.shape == (10, 8) and out.dtype == np.float32
   np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, rtol=1e-5)
-  again = metrics.fit_pca_whitening(train, 8)
-  np.testing.assert_array_equal(params.projection, again.projection)
+  again = pca.fit(train, 8, whiten=True)
+  np.testing.assert_array_equal(params.components, again.components)
+  np.testing.assert_array_equal(params.scale, again.scale)
   with pytest.raises(ValueError, match='dim'):
-    metrics.fit_pca_whitening(train, 17)
+    pca.fit(train, 17, whiten=True)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import run_module
-from retrieval import task
+from retrieval import data, losses as losses_lib, model as model_lib
 
 
 def normalised(rng, n, d):
@@ -33,7 +33,7 @@ def test_batch_hard_triplet_loss_matches_numpy(margin):
   x = normalised(rng, 24, 8)
   labels = np.repeat(np.arange(6), 4)
   labels[-1] = 99  # a singleton anchor: no positive, left out
-  got = task.batch_hard_triplet_loss(jnp.asarray(x), jnp.asarray(labels), margin)
+  got = losses_lib.batch_hard_triplet_loss(jnp.asarray(x), jnp.asarray(labels), margin)
   np.testing.assert_allclose(float(got), batch_hard_reference(x, labels, margin), rtol=1e-4,
                              atol=1e-5)
 
@@ -52,21 +52,21 @@ def test_multi_similarity_loss_matches_numpy():
     neg_kept = [v for v in neg if v + eps > min(pos)]
     losses.append(np.log1p(sum(np.exp(-alpha * (v - lam)) for v in pos_kept)) / alpha +
                   np.log1p(sum(np.exp(beta * (v - lam)) for v in neg_kept)) / beta)
-  got = task.multi_similarity_loss(jnp.asarray(x), jnp.asarray(labels))
+  got = losses_lib.multi_similarity_loss(jnp.asarray(x), jnp.asarray(labels))
   np.testing.assert_allclose(float(got), np.mean(losses), rtol=1e-4)
 
 
 def test_pk_batches_draw_p_writers_with_k_fragments_each():
   writer_ids = np.array([0] * 5 + [1] * 3 + [2] * 1 + [3] * 4 + [4] * 2)
-  sampler = task.PKBatches(writer_ids, writers_per_batch=3, per_writer=4, seed=7)
+  sampler = data.PKBatches(writer_ids, writers_per_batch=3, per_writer=4, seed=7)
   for b in range(20):
     batch = sampler[b]
     writers = writer_ids[batch].reshape(3, 4)
     assert (writers == writers[:, :1]).all()  # K fragments of one writer per row
     assert len(set(writers[:, 0])) == 3 and 2 not in writers  # no single-fragment writer
-    np.testing.assert_array_equal(batch, task.PKBatches(writer_ids, 3, 4, seed=7)[b])
+    np.testing.assert_array_equal(batch, data.PKBatches(writer_ids, 3, 4, seed=7)[b])
   with pytest.raises(ValueError, match='need 5 writers with 2\\+ fragments'):
-    task.PKBatches(writer_ids, writers_per_batch=5, per_writer=2, seed=0)
+    data.PKBatches(writer_ids, writers_per_batch=5, per_writer=2, seed=0)
 
 
 def test_netvlad_encoder_embeds_to_unit_vectors():
@@ -74,9 +74,9 @@ def test_netvlad_encoder_embeds_to_unit_vectors():
   from configs import fragments
   config = fragments.get_config('test')
   config.model.pooling = 'netvlad'
-  model = task.make_model(config, nnx.Rngs(0))
+  model = model_lib.make_model(config, nnx.Rngs(0))
   images = jnp.asarray(np.random.default_rng(0).integers(0, 255, (3, 64, 64, 1), np.uint8))
-  embeddings = model(task.preprocess(images, config), train=False)
+  embeddings = model(model_lib.preprocess(images, config), train=False)
   assert embeddings.shape == (3, config.model.embedding_dim)
   np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1.0, rtol=1e-5)
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from bengrapheme.grapheme import kaggle, task as grapheme_task, tfds_bengaliai
+from bengrapheme.grapheme import data as grapheme_task, kaggle, tfds_bengaliai
 from configs import fragments as fragment_configs, grapheme as grapheme_configs
-from retrieval import reader, task as fragment_task, tfds_hisfrag20
+from retrieval import data as fragment_task, reader, tfds_hisfrag20
 
 
 @pytest.fixture(scope='module')

@@ -60,8 +60,8 @@ def test_evaluate_and_predict(grapheme_data, grapheme_evaluated):
 
 
 def test_submission_is_never_partial(tmp_path):
-  from bengrapheme.grapheme import task
+  from bengrapheme.grapheme import evaluate
   path = str(tmp_path / 'submission.csv')
   with pytest.raises(ValueError, match='3 row ids but 2 targets'):
-    task.write_submission(path, ['a', 'b', 'c'], [1, 2])
+    evaluate.write_submission(path, ['a', 'b', 'c'], [1, 2])
   assert not os.path.exists(path) and not os.path.exists(path + '.tmp')

@@ -17,12 +17,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+# The label columns and their class counts (the core's metrics define them for the score).
+from bengrapheme.metrics import COMPONENTS, NUM_CLASSES
+
 HEIGHT, WIDTH = 137, 236
 NUM_PIXELS = HEIGHT * WIDTH
 PIXEL_COLUMNS = [str(i) for i in range(NUM_PIXELS)]
 _PIXEL_SET = frozenset(PIXEL_COLUMNS)
-COMPONENTS = ('grapheme_root', 'vowel_diacritic', 'consonant_diacritic')
-NUM_CLASSES = (168, 11, 7)
 NUM_SHARDS = 4  # train_image_data_{0..3}.parquet, test_image_data_{0..3}.parquet
 SPLITS = ('train', 'test')
 TEST_LABELS = 'test_labels.csv'  # answers written by our synthetic generator; Kaggle has none

@@ -10,7 +10,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from bengrapheme import metrics, report
-from bengrapheme.grapheme import classes, kaggle, synth, task
+from bengrapheme.grapheme import classes, kaggle, synth
 
 GLYPH_FONT = 'Noto Sans Bengali'
 GLYPH_SCALE = 0.4  # of synth.FONT_SIZE (96 px): text about 38 px high
@@ -39,7 +39,9 @@ def component_glyph(component, label):
   return report.join(report.tag('span', shown), report.escape(f' {label}'))
 
 
-def sections(config, split, scores, details):
+def sections(split, scores, details, source):
+  """The report of one split: scores as the evaluator returns them (nested), details its
+  per-image arrays, source the split's images (row i of the details is source[i])."""
   rule = details['rule']
   labels, predictions = details['labels'], details['predictions']
   confusion = metrics.confusion_from_labels(labels, predictions)
@@ -51,21 +53,17 @@ def sections(config, split, scores, details):
       *seen_vs_unseen(scores),
       *per_component_recall(scores, rule, confusion),
       *confused_pairs(confusion),
-      *misclassified(details)]
-
-
-def _subsets(scores, rule):
-  return [s for s in task.SUBSETS if f'{rule}/{s}/score' in scores]
+      *misclassified(details, source)]
 
 
 def seen_vs_unseen(scores):
-  rules = [r for r in ('heads', 'combined') if f'{r}/all/score' in scores]
+  rules = [r for r in ('heads', 'combined') if r in scores]
   keys = ('score', *kaggle.COMPONENTS)
-  rows = [[rule, subset, *[scores[f'{rule}/{subset}/{k}'] for k in keys]]
-          for rule in rules for subset in _subsets(scores, rule)]
+  rows = [[rule, subset, *[by_subset[k] for k in keys]]
+          for rule in rules for subset, by_subset in scores[rule].items()]
   charts = [report.bar_chart(
       ['score', *SHORT.values()],
-      {s: [scores[f'{rule}/{s}/{k}'] for k in keys] for s in _subsets(scores, rule)},
+      {subset: [by_subset[k] for k in keys] for subset, by_subset in scores[rule].items()},
       title=f'{rule}: hierarchical macro recall', y_label='macro recall', width=420)
       for rule in rules]
   return [report.tag('h3', 'Seen vs unseen graphemes'),
@@ -85,7 +83,7 @@ def per_component_recall(scores, rule, confusion):
     many = len(recall) > 20
     charts.append(report.bar_chart(
         [str(c) for c in range(len(recall))], {'recall': recall},
-        title=f'{component}: recall per class (macro {scores[f"{rule}/all/{component}"]:.3f})',
+        title=f'{component}: recall per class (macro {scores[rule]["all"][component]:.3f})',
         y_label='recall', label_every=10 if many else 1, width=1100 if many else 420))
     for c in np.argsort(np.where(support > 0, recall, np.inf), kind='stable')[:NUM_WEAKEST]:
       if support[c]:
@@ -122,14 +120,14 @@ def _triple(values, wrong):
                        for c, v, w in zip(kaggle.COMPONENTS, values, wrong)])
 
 
-def misclassified(details):
+def misclassified(details, source):
   labels, predictions = details['labels'], details['predictions']
   wrong = np.flatnonzero((labels != predictions).any(1))
   picks = wrong[np.unique(np.linspace(0, len(wrong) - 1, min(NUM_SAMPLES, len(wrong)))
                           .round().astype(int))] if len(wrong) else []
   cards = []
   for k in picks:
-    image = details['source'][int(details['index'][k])]['image']
+    image = source[int(k)]['image']
     y, p = labels[k], predictions[k]
     cards.append(report.tag(
         'div', report.png(image, width=177, alt='image'),

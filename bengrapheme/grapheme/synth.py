@@ -22,13 +22,13 @@ import functools
 import multiprocessing
 import os
 import re
-import shutil
 
 import numpy as np
 import scipy.ndimage
 import tqdm
 from PIL import Image, ImageDraw, ImageFont
 
+from bengrapheme import files
 from bengrapheme.grapheme import classes
 from bengrapheme.grapheme import kaggle
 
@@ -305,10 +305,9 @@ def write_dataset(out_dir, num_train, num_test, seed=0, workers=None, unseen_fra
   if os.path.isdir(out_dir) and os.listdir(out_dir):
     raise FileExistsError(f'{out_dir} is not empty; choose a new --out (nothing was written)')
   # Everything goes to a temporary folder renamed into place at the end: an interrupted run
-  # never leaves a dataset that looks complete.
-  final_dir, out_dir = out_dir, f'{out_dir.rstrip(os.sep)}.tmp-{os.getpid()}'
-  os.makedirs(out_dir)
-  try:
+  # never leaves a dataset that looks complete. Not fsynced file by file: a rerun rebuilds it.
+  with files.atomic_dir(out_dir, durable=False) as tmp:
+    out_dir = str(tmp)
     train = _plan('train', num_train, seed, unseen_fraction)
     test = _plan('test', num_test, seed, unseen_fraction)
     _write_tables(out_dir, train, test)
@@ -322,10 +321,6 @@ def write_dataset(out_dir, num_train, num_test, seed=0, workers=None, unseen_fra
           imap = functools.partial(pool.imap, chunksize=16)
           _write_images(out_dir, 'train', train, seed, imap, progress)
           _write_images(out_dir, 'test', test, seed, imap, progress)
-  except BaseException:
-    shutil.rmtree(out_dir, ignore_errors=True)
-    raise
-  os.replace(out_dir, final_dir)
 
 
 def main():

@@ -1,0 +1,77 @@
+"""The seam between the trainer and a task's evaluators, and the one loop every evaluator runs.
+
+The trainer (or launch.evaluate / launch.predict) restores a checkpoint into a `TrainedModel`:
+a pure `apply(variables, images)` in eval mode, the variables (EMA parameters when kept) and
+the mesh. A task module offers
+
+  evaluator(config, split, workdir) -> an object with
+    run(model)                     -> (scores, details): scores a nested dict of floats with
+                                      the headline under 'score'; details whatever its report
+                                      draws (per-example arrays, embeddings, ...)
+    report_sections(scores, details) -> a list of bengrapheme.report.Html sections
+  predict(config, model, workdir)  -> path of the file it wrote (optional: not every task
+                                      has a submission format)
+
+Evaluators feed their split through `outputs_by_row`, which runs a jitted function over
+every example exactly once on the whole mesh and hands back host arrays in the source's row
+order. Scores stay nested; `flatten` makes the 'a/b/c' keys that logs and metrics.json use.
+"""
+from typing import Any, Callable, NamedTuple
+
+import jax
+import numpy as np
+
+from bengrapheme import input as input_lib, parallel
+
+
+class TrainedModel(NamedTuple):
+  apply: Callable  # (variables, images) -> model outputs, eval mode; jittable
+  variables: Any  # (params, model_state) pytree on the mesh
+  mesh: jax.sharding.Mesh
+  step: int  # the checkpoint's step
+
+
+def outputs_by_row(model, predict, source, *, batch_size, keys=('image',)):
+  """Runs `predict(forward, batch)` over every example of `source` once.
+
+  forward(images) applies the model; batch holds the source's fields `keys` for one global
+  batch (padding rows included: their outputs are dropped). predict returns a dict of arrays
+  with a leading batch axis. Returns that dict as host numpy arrays [len(source), ...], row i
+  from source[i]. Outputs stay on the devices until the last batch, then travel once.
+  """
+  mesh = model.mesh
+
+  def step(variables, batch):
+    outputs = predict(lambda images: model.apply(variables, images), batch)
+    return outputs, batch['index'], batch['mask']
+
+  # Replicated outputs: every process can read every row, even on a multi-host mesh.
+  step = jax.jit(step, out_shardings=parallel.replicated(mesh))
+  local_batch = parallel.per_process_batch(batch_size, mesh)
+  results = []
+  for batch in input_lib.eval_batches(source, batch_size=local_batch,
+                                      process_index=jax.process_index(),
+                                      process_count=jax.process_count()):
+    batch = parallel.global_batch(mesh, {k: batch[k] for k in (*keys, 'index', 'mask')})
+    results.append(step(model.variables, batch))
+  rows, filled = None, np.zeros(len(source), bool)
+  for outputs, index, mask in jax.device_get(results):
+    if rows is None:
+      rows = {k: np.zeros((len(source), *v.shape[1:]), v.dtype) for k, v in outputs.items()}
+    for k, v in outputs.items():
+      rows[k][index[mask]] = v[mask]
+    filled[index[mask]] = True
+  if not filled.all():
+    raise RuntimeError(f'{(~filled).sum()} of {len(source)} examples got no output')
+  return rows
+
+
+def flatten(scores, prefix=''):
+  """{'a': {'b': 1.0}} -> {'a/b': 1.0}: the keys logs and metrics.json use."""
+  flat = {}
+  for key, value in scores.items():
+    if isinstance(value, dict):
+      flat.update(flatten(value, f'{prefix}{key}/'))
+    else:
+      flat[f'{prefix}{key}'] = value
+  return flat

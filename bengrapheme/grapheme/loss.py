@@ -1,0 +1,32 @@
+"""The grapheme training loss: soft-target cross-entropy of the augmented, mixed batch."""
+import jax
+import optax
+
+from bengrapheme import augment, metrics
+from bengrapheme.grapheme import classes, kaggle
+from bengrapheme.grapheme.model import preprocess
+
+
+def _targets(batch, whole_grapheme):
+  targets = [jax.nn.one_hot(batch['labels'][:, i], n) for i, n in enumerate(kaggle.NUM_CLASSES)]
+  if whole_grapheme:  # unseen or unknown graphemes (id -1) get an all-zero target row
+    targets.append(jax.nn.one_hot(batch['grapheme'], classes.NUM_GRAPHEMES))
+  return tuple(targets)
+
+
+def loss(model, batch, key, config):
+  """Weighted soft-target cross-entropy of the mixed/augmented batch; returns (loss, aux)."""
+  images = preprocess(batch['image'], config)
+  whole = config.model.grapheme_head
+  images, targets = augment.apply(key, images, _targets(batch, whole), config.aug)
+  logits = model(images, train=True)
+  ce = [optax.softmax_cross_entropy(logits[name], t).mean()
+        for name, t in zip(kaggle.COMPONENTS, targets)]
+  # The loss weights the components as the competition score does (root 2 : 1 : 1).
+  weights = metrics.COMPONENT_WEIGHTS
+  total = sum(w * c for w, c in zip(weights, ce)) / sum(weights)
+  aux = {f'ce_{name}': c for name, c in zip(kaggle.COMPONENTS, ce)}
+  if whole:
+    aux['ce_grapheme'] = optax.softmax_cross_entropy(logits['grapheme'], targets[3]).mean()
+    total = total + config.model.grapheme_loss_weight * aux['ce_grapheme']
+  return total, aux

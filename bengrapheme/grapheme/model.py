@@ -1,0 +1,83 @@
+"""The grapheme classifier: a backbone with one head per component (and the whole-grapheme
+head), and the on-device preprocessing of its uint8 input.
+
+Model input: the 137x236 uint8 image, inverted so ink is high and paper is 0 (zero padding in
+augmentation then means blank paper), resized on device to `config.input.size`.
+"""
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from bengrapheme import models
+from bengrapheme.grapheme import classes, kaggle
+
+
+class GraphemeModel(nnx.Module):
+  """Backbone + one linear head per component (+ the optional 1,295-way grapheme head)."""
+
+  def __init__(self, config, rngs):
+    self.backbone = models.backbone(config.model.name, in_channels=1, rngs=rngs,
+                                    **config.model.args)
+    features = self.backbone.features
+    self.heads = nnx.List([nnx.Linear(features, n, rngs=rngs) for n in kaggle.NUM_CLASSES])
+    self.grapheme_head = None
+    if config.model.grapheme_head:
+      self.grapheme_head = nnx.data(nnx.Linear(features, classes.NUM_GRAPHEMES, rngs=rngs))
+
+  def __call__(self, x, train=False):
+    features = self.backbone(x, train=train).astype(jnp.float32)
+    logits = {name: head(features) for name, head in zip(kaggle.COMPONENTS, self.heads)}
+    if self.grapheme_head is not None:
+      logits['grapheme'] = self.grapheme_head(features)
+    return logits
+
+
+def make_model(config, rngs):
+  return GraphemeModel(config, rngs)
+
+
+def preprocess(images, config):
+  """uint8 [B, 137, 236] -> float32 [B, H, W, 1], ink high, at config.input.size."""
+  x = (255.0 - images.astype(jnp.float32)) / 255.0
+  if config.input.crop_to_ink:
+    x = crop_to_ink(x, tuple(config.input.size), config.input.ink_threshold)
+  else:
+    x = jax.image.resize(x, (x.shape[0], *config.input.size), method='linear', antialias=True)
+  return x[..., None]
+
+
+def crop_to_ink(x, size, threshold, margin=4):
+  """Scales each image so the bounding box of its ink fills `size`, keeping the aspect ratio.
+
+  Graphemes vary widely in size and position within the 137x236 frame; normalising that
+  away lets a low-resolution model spend its pixels on strokes (most strong public Bengali.AI
+  pipelines crop this way). The box is found on a 5x5 box-blurred copy, so specks of paper
+  noise do not stretch it.
+  """
+  batch, height, width = x.shape
+  blurred = jax.lax.reduce_window(x, 0.0, jax.lax.add, (1, 5, 5), (1, 1, 1), 'SAME') / 25
+  ink = blurred > threshold
+  rows, cols = ink.any(2), ink.any(1)
+
+  def extent(mask, n):  # first and last index holding ink; the whole axis when there is none
+    first = jnp.argmax(mask, 1)
+    last = n - 1 - jnp.argmax(mask[:, ::-1], 1)
+    found = mask.any(1)
+    return jnp.where(found, first, 0), jnp.where(found, last, n - 1)
+
+  top, bottom = extent(rows, height)
+  left, right = extent(cols, width)
+  box_h = (bottom - top + 1 + 2 * margin).astype(jnp.float32)
+  box_w = (right - left + 1 + 2 * margin).astype(jnp.float32)
+  out_h, out_w = size
+  scale = jnp.minimum(out_h / box_h, out_w / box_w)
+  # scale_and_translate maps input coordinate u (pixel centres at i + 0.5) to u * s + t.
+  centre_y = (top + bottom + 1) / 2
+  centre_x = (left + right + 1) / 2
+  translation = jnp.stack([out_h / 2 - scale * centre_y, out_w / 2 - scale * centre_x], -1)
+
+  def one(image, s, t):
+    return jax.image.scale_and_translate(image, size, (0, 1), jnp.stack([s, s]), t,
+                                         method='linear', antialias=True)
+
+  return jax.vmap(one)(x, scale, translation)

@@ -1,0 +1,70 @@
+"""Metric-learning losses over a P x K batch of fragment embeddings (writer = class)."""
+import jax
+import jax.numpy as jnp
+
+from bengrapheme import augment
+from retrieval.model import preprocess
+
+
+def pairwise_distances(embeddings):
+  """Euclidean distances [B, B] of L2-normalised embeddings, with a stable zero diagonal."""
+  sq = jnp.maximum(2.0 - 2.0 * embeddings @ embeddings.T, 0.0)
+  return jnp.sqrt(sq + 1e-12) * (1.0 - jnp.eye(embeddings.shape[0]))
+
+
+def batch_hard_triplet_loss(embeddings, labels, margin):
+  """Hermans et al. 2017: per anchor, its hardest positive against its hardest negative.
+
+  `margin` None -> the soft margin log(1 + exp(d_ap - d_an)). Anchors without a positive or
+  a negative in the batch are left out.
+  """
+  d = pairwise_distances(embeddings)
+  same = labels[:, None] == labels[None, :]
+  positive = same & ~jnp.eye(len(labels), dtype=bool)
+  hardest_pos = jnp.max(jnp.where(positive, d, -jnp.inf), axis=1)
+  hardest_neg = jnp.min(jnp.where(same, jnp.inf, d), axis=1)
+  valid = positive.any(1) & (~same).any(1)
+  gap = jnp.where(valid, hardest_pos - hardest_neg, 0.0)
+  per_anchor = jax.nn.softplus(gap) if margin is None else jax.nn.relu(gap + margin)
+  return jnp.sum(jnp.where(valid, per_anchor, 0.0)) / jnp.maximum(valid.sum(), 1)
+
+
+def multi_similarity_loss(embeddings, labels, alpha=2.0, beta=50.0, lam=0.5, epsilon=0.1):
+  """Wang et al. 2019 with its pair mining, on cosine similarities."""
+  s = embeddings @ embeddings.T
+  same = labels[:, None] == labels[None, :]
+  positive = same & ~jnp.eye(len(labels), dtype=bool)
+  negative = ~same
+  # Mining: keep negatives harder than the easiest positive (+eps), positives harder than
+  # the hardest negative (-eps).
+  min_pos = jnp.min(jnp.where(positive, s, jnp.inf), 1, keepdims=True)
+  max_neg = jnp.max(jnp.where(negative, s, -jnp.inf), 1, keepdims=True)
+  neg_kept = negative & (s + epsilon > min_pos)
+  pos_kept = positive & (s - epsilon < max_neg)
+  pos_term = jnp.log1p(jnp.sum(jnp.where(pos_kept, jnp.exp(-alpha * (s - lam)), 0.0), 1)) / alpha
+  neg_term = jnp.log1p(jnp.sum(jnp.where(neg_kept, jnp.exp(beta * (s - lam)), 0.0), 1)) / beta
+  valid = positive.any(1) & negative.any(1)
+  return jnp.sum(jnp.where(valid, pos_term + neg_term, 0.0)) / jnp.maximum(valid.sum(), 1)
+
+
+def loss(model, batch, key, config):
+  """Metric-learning loss over the whole global batch (jit sees it across all devices)."""
+  crop_key, aug_key = jax.random.split(key)
+  images = preprocess(batch['image'], config, crop_key)
+  images, _ = augment.apply(aug_key, images, (), config.aug)
+  embeddings = model(images, train=True)
+  labels = batch['writer']
+  if config.loss.name == 'batch_hard':
+    value = batch_hard_triplet_loss(embeddings, labels, config.loss.margin)
+  elif config.loss.name == 'multi_similarity':
+    value = multi_similarity_loss(embeddings, labels)
+  else:
+    raise ValueError(f"loss.name={config.loss.name!r}: expected 'batch_hard' or "
+                     "'multi_similarity'")
+  d = pairwise_distances(embeddings)
+  same = labels[:, None] == labels[None, :]
+  # How often the hardest negative is closer than the hardest positive: a training signal
+  # that does not depend on the loss's scale.
+  violated = (jnp.max(jnp.where(same & ~jnp.eye(len(labels), dtype=bool), d, -jnp.inf), 1) >
+              jnp.min(jnp.where(same, jnp.inf, d), 1))
+  return value, {'hard_violations': violated.mean()}
