@@ -30,7 +30,7 @@ from bench import common
 
 SIZES = dict(full=dict(n=20_019, writers=1_152, pages=2_732, dim=512),
              quick=dict(n=5_000, writers=288, pages=683, dim=512),
-             tiny=dict(n=300, writers=20, pages=45, dim=16))  # for tests/test_bench.py
+             tiny=dict(n=300, writers=20, pages=45, dim=16))  # for tests/core/test_bench.py
 RECALL_ROWS = 200_840
 MEMORY_LIMIT = 2e9
 

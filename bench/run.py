@@ -108,7 +108,7 @@ def run_module(name, quick):
 
 
 def _child(name, quick, out):
-  # A dotted name is a module from elsewhere (tests/test_bench.py runs a fake one).
+  # A dotted name is a module from elsewhere (tests/core/test_bench.py runs a fake one).
   module = importlib.import_module(name if '.' in name else f'bench.{name}')
   rows = module.run(quick)
   required = ('name', 'value', 'unit', 'reference', 'reference_value', 'ratio', 'target',

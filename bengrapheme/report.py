@@ -1,8 +1,8 @@
 """WORKDIR/eval/report.html: one self-contained page (charts are inline SVG, images are PNG
 data URIs), so it can be mailed, archived or opened from a bucket with nothing beside it.
 
-Charts are drawn here by hand rather than with a plotting library: the few kinds a report
-needs (lines, points, grouped bars) are short, and the stack stays jax + numpy + Pillow.
+Charts are drawn by matplotlib's SVG backend (the field's plotting library: axes, ticks and
+legends done right, no hand-written layout code to keep).
 Each task's evaluator adds its own sections (bengrapheme/evaluation.py); this module holds
 the page, the HTML helpers and the training curves every task shares.
 """
@@ -13,7 +13,9 @@ import json
 import math
 import os
 
+import matplotlib
 import numpy as np
+from matplotlib.figure import Figure
 from PIL import Image
 
 from bengrapheme import files
@@ -107,155 +109,91 @@ def note(text):
 
 # ---------------------------------------------------------------- charts
 
-WIDTH, HEIGHT = 560, 320
-MARGIN = dict(left=62, right=16, bottom=48)  # the top depends on the legend
+WIDTH, HEIGHT = 560, 320  # CSS px
+# Text stays text in the SVG (searchable, a third of the size of glyphs drawn as paths).
+STYLE_RC = {'svg.fonttype': 'none', 'font.size': 9, 'axes.titlesize': 10,
+            'axes.titleweight': 'bold', 'axes.prop_cycle': matplotlib.cycler(color=PALETTE)}
 
 
-def _ticks(lo, hi, log, count=5):
-  """(axis lo, axis hi, tick values): round numbers; on a log axis powers of ten, and lo, hi
-  their exponents."""
-  if log:
-    lo, hi = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
-    hi = max(hi, lo + 1)
-    return lo, hi, [10.0 ** e for e in range(lo, hi + 1)]
-  if hi - lo < 1e-12:
-    lo, hi = lo - 0.5, hi + 0.5
-  raw = (hi - lo) / count
-  magnitude = 10 ** math.floor(math.log10(raw))
-  step = next(s * magnitude for s in (1, 2, 5, 10) if s * magnitude >= raw)
-  lo, hi = math.floor(lo / step + 1e-9) * step, math.ceil(hi / step - 1e-9) * step
-  return lo, hi, [lo + i * step for i in range(round((hi - lo) / step) + 1)]
+def _figure(width, height):
+  # 96 figure dpi: the SVG's size in pt then renders at `width` x `height` CSS px.
+  figure = Figure(figsize=(width / 96, height / 96), dpi=96, layout='constrained')
+  return figure, figure.add_subplot()
 
 
-def _tick_labels(ticks):
-  """Tick values as people write them: 0.25, 1500, 20k, 3M (as few decimals as the step has)."""
-  step = min((abs(b - a) for a, b in zip(ticks, ticks[1:])), default=1) or 1
-  if max(abs(t) for t in ticks) >= 1e4 and step >= 1:
-    return [_si(t) for t in ticks]
-  decimals = min(max(0, -math.floor(math.log10(step) + 1e-9)), 9)
-  return [f'{t:.{decimals}f}' for t in ticks]
-
-
-def _si(value):
-  for unit, suffix in ((1e9, 'G'), (1e6, 'M'), (1e3, 'k')):
-    if abs(value) >= unit:
-      return f'{value / unit:g}{suffix}'
-  return f'{value:g}'
-
-
-def _frame(title, x_label, y_label, legend, width, height):
-  """The SVG's title, legend (rows of coloured names under the title) and axis labels.
-
-  Returns (parts, (left, right, top, bottom)): the plot area below the legend.
-  """
-  left, right, bottom = MARGIN['left'], width - MARGIN['right'], height - MARGIN['bottom']
-  parts = [tag('text', title, x=width / 2, y=16, text_anchor='middle', font_weight='bold')]
-  x, y = left, 27
-  for name, colour in legend:
-    item = 24 + 6.5 * len(name)  # about the width of 11 px sans-serif text
-    if x + item > right and x > left:
-      x, y = left, y + 15
-    parts.append(tag('rect', x=x, y=y, width=10, height=10, fill=colour))
-    parts.append(tag('text', name, x=x + 14, y=y + 9))
-    x += item
-  top = y + 19 if legend else 28
-  middle = (top + bottom) / 2
-  parts.append(tag('text', x_label, x=(left + right) / 2, y=height - 8, text_anchor='middle'))
-  parts.append(tag('text', y_label, x=14, y=middle, text_anchor='middle',
-                   transform=f'rotate(-90 14 {middle})'))
-  return parts, (left, right, top, bottom)
-
-
-def _svg(parts, title, width, height):
-  return tag('svg', tag('title', title), *parts, xmlns='http://www.w3.org/2000/svg',
-             width=width, height=height, viewBox=f'0 0 {width} {height}', font_size=11,
-             font_family='sans-serif', role='img')
+def _svg(figure, ax, title, legend):
+  ax.set_title(title)
+  ax.grid(True, color='#eee')
+  ax.set_axisbelow(True)
+  if legend:
+    ax.legend(fontsize=8, frameon=False)
+  buffer = io.StringIO()
+  figure.savefig(buffer, format='svg')
+  text = buffer.getvalue()
+  return Html(text[text.index('<svg'):])  # inline: no XML prolog or DOCTYPE
 
 
 def xy_chart(*, lines=None, points=None, title, x_label, y_label, log_x=False,
              y_range=None, width=WIDTH, height=HEIGHT):
-  """Line and scatter series on shared axes.
+  """Line and scatter series on shared axes, as inline SVG.
 
   lines, points: {name: (xs, ys)}; a name in both (e.g. a scatter and its binned mean) gets
   one colour and one legend entry. Non-finite values (and x <= 0 on a log axis) are skipped.
   """
   lines, points = lines or {}, points or {}
   names = list(dict.fromkeys([*lines, *points]))
-  colour = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
 
   def clean(xs, ys):
     xs, ys = np.asarray(xs, np.float64), np.asarray(ys, np.float64)
     keep = np.isfinite(xs) & np.isfinite(ys) & ((xs > 0) if log_x else True)
     return xs[keep], ys[keep]
 
-  series = {(kind, name): clean(*xy) for kind, group in (('line', lines), ('point', points))
-            for name, xy in group.items()}
-  xs = np.concatenate([xy[0] for xy in series.values()] + [np.zeros(0)])
-  ys = np.concatenate([xy[1] for xy in series.values()] + [np.zeros(0)])
-  parts, (left, right, top, bottom) = _frame(title, x_label, y_label,
-                                             [(n, colour[n]) for n in names], width, height)
-  if not len(xs):
-    parts.append(tag('text', 'no data', x=width / 2, y=height / 2, text_anchor='middle'))
-    return _svg(parts, title, width, height)
-  x0, x1, x_ticks = _ticks(xs.min(), xs.max(), log_x)
-  y0, y1, y_ticks = _ticks(*(y_range or (ys.min(), ys.max())), False)
-
-  def px(x):
-    x = np.log10(x) if log_x else x
-    return left + (x - x0) / (x1 - x0) * (right - left)
-
-  def py(y):
-    return bottom - (np.clip(y, y0, y1) - y0) / (y1 - y0) * (bottom - top)
-
-  for t, label in zip(x_ticks, _tick_labels(x_ticks)):
-    parts.append(tag('line', x1=px(t), x2=px(t), y1=top, y2=bottom, stroke='#eee'))
-    parts.append(tag('text', label, x=px(t), y=bottom + 14, text_anchor='middle'))
-  for t, label in zip(y_ticks, _tick_labels(y_ticks)):
-    parts.append(tag('line', x1=left, x2=right, y1=py(t), y2=py(t), stroke='#eee'))
-    parts.append(tag('text', label, x=left - 4, y=py(t) + 4, text_anchor='end'))
-  parts.append(tag('rect', x=left, y=top, width=right - left, height=bottom - top,
-                   fill='none', stroke='#999'))
-  for (kind, name), (sx, sy) in series.items():
-    if kind == 'point':
-      parts.extend(tag('circle', cx=f'{a:.1f}', cy=f'{b:.1f}', r=2.2, fill=colour[name],
-                       fill_opacity=0.45) for a, b in zip(px(sx), py(sy)))
-    elif len(sx):
-      path = ' '.join(f'{a:.1f},{b:.1f}' for a, b in zip(px(sx), py(sy)))
-      parts.append(tag('polyline', points=path, fill='none', stroke=colour[name],
-                       stroke_width=1.8))
-      if len(sx) <= 30:  # short series: show where the measurements are
-        parts.extend(tag('circle', cx=f'{a:.1f}', cy=f'{b:.1f}', r=2.5, fill=colour[name])
-                     for a, b in zip(px(sx), py(sy)))
-  return _svg(parts, title, width, height)
+  with matplotlib.rc_context(STYLE_RC):
+    figure, ax = _figure(width, height)
+    drawn = 0
+    for i, name in enumerate(names):
+      colour = PALETTE[i % len(PALETTE)]
+      if name in lines:
+        xs, ys = clean(*lines[name])
+        # Short series: show where the measurements are.
+        ax.plot(xs, ys, color=colour, linewidth=1.8, marker='o' if len(xs) <= 30 else None,
+                markersize=3, label=name)
+        drawn += len(xs)
+      if name in points:
+        xs, ys = clean(*points[name])
+        ax.scatter(xs, ys, s=6, color=colour, alpha=0.45, linewidths=0,
+                   label=None if name in lines else name)
+        drawn += len(xs)
+    if not drawn:
+      ax.text(0.5, 0.5, 'no data', transform=ax.transAxes, ha='center', va='center')
+    if log_x and drawn:
+      ax.set_xscale('log')
+    if y_range:
+      ax.set_ylim(*y_range)
+    ax.set_xlabel(x_label)
+    ax.set_ylabel(y_label)
+    return _svg(figure, ax, title, legend=bool(drawn) and bool(names))
 
 
 def bar_chart(categories, groups, *, title, y_label, y_range=(0.0, 1.0), label_every=1,
               width=WIDTH, height=HEIGHT):
-  """Grouped bars: groups {name: one value per category}; NaN values draw no bar, zero a
-  sliver (so "measured 0" differs from "nothing to measure")."""
+  """Grouped bars as inline SVG: groups {name: one value per category}; NaN values draw no
+  bar, zero a sliver (so "measured 0" differs from "nothing to measure")."""
   names = list(groups)
-  legend = [(n, PALETTE[i % len(PALETTE)]) for i, n in enumerate(names)] if len(names) > 1 else []
-  parts, (left, right, top, bottom) = _frame(title, '', y_label, legend, width, height)
-  y0, y1, y_ticks = _ticks(*y_range, False)
-  py = lambda y: bottom - (min(max(y, y0), y1) - y0) / (y1 - y0) * (bottom - top)
-  for t, label in zip(y_ticks, _tick_labels(y_ticks)):
-    parts.append(tag('line', x1=left, x2=right, y1=py(t), y2=py(t), stroke='#eee'))
-    parts.append(tag('text', label, x=left - 4, y=py(t) + 4, text_anchor='end'))
-  slot = (right - left) / max(len(categories), 1)
-  bar = slot * 0.8 / max(len(names), 1)
-  for c, category in enumerate(categories):
+  x = np.arange(len(categories))
+  bar = 0.8 / max(len(names), 1)
+  with matplotlib.rc_context(STYLE_RC):
+    figure, ax = _figure(width, height)
+    sliver = 0.006 * (y_range[1] - y_range[0])
     for g, name in enumerate(names):
-      value = float(groups[name][c])
-      if math.isfinite(value):
-        x, y = left + c * slot + slot * 0.1 + g * bar, min(py(value), bottom - 2)
-        parts.append(tag('rect', tag('title', f'{name} {category}: {value:.3f}'), x=f'{x:.1f}',
-                         y=f'{y:.1f}', width=f'{max(bar - 0.5, 0.5):.1f}',
-                         height=f'{bottom - y:.1f}', fill=PALETTE[g % len(PALETTE)]))
-    if c % label_every == 0:
-      parts.append(tag('text', category, x=left + (c + 0.5) * slot, y=bottom + 14,
-                       text_anchor='middle'))
-  parts.append(tag('line', x1=left, x2=right, y1=bottom, y2=bottom, stroke='#999'))
-  return _svg(parts, title, width, height)
+      values = np.asarray(groups[name], np.float64)
+      ax.bar(x + (g - (len(names) - 1) / 2) * bar, np.where(values == 0, sliver, values),
+             bar * 0.95, label=name, color=PALETTE[g % len(PALETTE)])
+    ax.set_xticks(x[::label_every], [str(c) for c in categories][::label_every])
+    ax.set_xlim(-0.5, len(categories) - 0.5)
+    ax.set_ylim(*y_range)
+    ax.set_ylabel(y_label)
+    return _svg(figure, ax, title, legend=len(names) > 1)
 
 
 # ---------------------------------------------------------------- training curves

@@ -11,6 +11,8 @@ from sklearn.metrics import recall_score
 from bengrapheme import metrics
 from bengrapheme.grapheme.kaggle import COMPONENTS, NUM_CLASSES
 
+from conftest import ROOT
+
 
 def sklearn_scores(y_true, y_pred):
   scores = {name: recall_score(y_true[:, i], y_pred[:, i], average='macro', zero_division=0)
@@ -146,11 +148,10 @@ SHARDED_SCRIPT = textwrap.dedent("""
 
 
 def test_sharded_jit_on_8_devices():
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   flags = os.environ.get('XLA_FLAGS', '') + ' --xla_force_host_platform_device_count=8'
   env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS=flags,
-             PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get('PYTHONPATH')])))
-  result = subprocess.run([sys.executable, '-c', SHARDED_SCRIPT], env=env, cwd=root,
+             PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get('PYTHONPATH')])))
+  result = subprocess.run([sys.executable, '-c', SHARDED_SCRIPT], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
   assert result.returncode == 0, result.stderr[-3000:]
   assert result.stdout.strip().endswith('ok')

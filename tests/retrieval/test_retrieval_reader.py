@@ -102,7 +102,7 @@ def test_source_feeds_grain(folder):
 
 def test_single_fragment_writer_is_read(tmp_path):
   # Evaluation reads it (its fragment is a query with no relevant item); training refuses
-  # it: tests/test_bad_inputs.py.
+  # it: tests/core/test_bad_inputs.py.
   _save(tmp_path, '4_9_1.jpg', _fragment(30, 50))
   source = reader.FragmentSource(str(tmp_path), 16)
   assert len(source) == 1 and source[0]['writer'] == 0

@@ -114,7 +114,7 @@ TRAIN_HEADER = ','.join(kaggle.LABEL_COLUMNS)
 
 def train_csv_cases(text):
   line2 = text.splitlines()[1].split(',')  # Train_3
-  # More train.csv errors are in tests/test_bad_inputs.py, the bad-input catalogue.
+  # More train.csv errors are in tests/core/test_bad_inputs.py, the bad-input catalogue.
   return {
       'negative vowel': (edit_line(text, 2, ','.join([line2[0], line2[1], '-1', *line2[3:]])),
                          ['train.csv', 'line 2', 'Train_3', 'vowel_diacritic -1', '[0, 11)']),
@@ -198,7 +198,7 @@ def wide(data):
 
 def test_parquet_schema_errors(wide, tmp_path):
   table, _ = wide
-  # These checks fire on a few columns; more parquet errors are in tests/test_bad_inputs.py.
+  # These checks fire on a few columns; more parquet errors are in tests/core/test_bad_inputs.py.
   head = table.select(['image_id', '0', '1'])
   cases = {
       'misnamed column': (head.rename_columns(['image_id', '0', 'x7']),

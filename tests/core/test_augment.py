@@ -11,6 +11,8 @@ import pytest
 
 from bengrapheme import augment
 
+from conftest import ROOT
+
 
 # Compiled once here and shared: jax.random.beta alone takes ~2 s of CPU to compile, and eager
 # calls would compile every primitive on its own.
@@ -268,13 +270,12 @@ SHARDED_SCRIPT = textwrap.dedent("""
 def test_apply_sharded_over_8_devices_matches_one_device(tmp_path):
   images, targets = random_images(), one_hot_targets()
   np.save(tmp_path / 'images.npy', images)
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   flags = os.environ.get('XLA_FLAGS', '') + ' --xla_force_host_platform_device_count=8'
   env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS=flags,
-             PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get('PYTHONPATH')])))
+             PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get('PYTHONPATH')])))
   result = subprocess.run(
       [sys.executable, '-c', SHARDED_SCRIPT, APPLY_AUG.to_json(), str(tmp_path / 'images.npy'),
-       str(tmp_path / 'out.npz')], env=env, cwd=root, capture_output=True, text=True, timeout=120)
+       str(tmp_path / 'out.npz')], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
   assert result.returncode == 0, result.stderr[-3000:]
   sharded = np.load(tmp_path / 'out.npz')
   out, out_targets = apply_step(jax.random.key(12), images, targets)
