@@ -61,11 +61,10 @@ def synthetic_batch(module, config, seed=0):
                 labels=np.stack([rng.integers(0, n, b) for n in (168, 11, 7)], 1).astype(
                     np.int32),
                 grapheme=rng.integers(0, 1295, b).astype(np.int32))
-  size, channels = config.input.load_size, 3 if config.input.color else 1
-  writer = np.repeat(np.arange(config.train.writers_per_batch),
-                     b // config.train.writers_per_batch).astype(np.int32)
-  return dict(image=rng.integers(0, 256, (b, size, size, channels), dtype=np.uint8),
-              writer=writer, page=writer * 4)
+  size = config.input.patch_size
+  label = np.repeat(np.arange(config.train.writers_per_batch),
+                    b // config.train.writers_per_batch).astype(np.int32)
+  return dict(image=rng.integers(0, 2, (b, size, size, 1), dtype=np.uint8) * 255, label=label)
 
 
 def _flops(cost):

@@ -34,9 +34,7 @@ def build_once(cache_dir, name, source_files, params, build, *, origin):
   entries of the same name and origin with another key are stale and removed.
   """
   cache_dir = pathlib.Path(cache_dir)
-  stats = [(os.path.basename(p), os.stat(p).st_size, os.stat(p).st_mtime_ns)
-           for p in map(str, source_files)]
-  key = hashlib.sha256(json.dumps([name, params, stats]).encode()).hexdigest()[:16]
+  key = key_of(name, source_files, params)
   entry = cache_dir / f'{name}-{key}'
   if jax.process_index() == 0:
     _build_if_missing(entry, build, dict(name=name, key=key, origin=str(origin), params=params))
@@ -44,6 +42,14 @@ def build_once(cache_dir, name, source_files, params, build, *, origin):
   if jax.process_index() != 0:
     _build_if_missing(entry, build, dict(name=name, key=key, origin=str(origin), params=params))
   return entry
+
+
+def key_of(name, source_files, params):
+  """16 hex digits naming what is computed from `source_files` (their names, sizes and
+  mtimes) with `params`: also the key of results kept outside a cache dir."""
+  stats = [(os.path.basename(p), os.stat(p).st_size, os.stat(p).st_mtime_ns)
+           for p in map(str, source_files)]
+  return hashlib.sha256(json.dumps([name, params, stats]).encode()).hexdigest()[:16]
 
 
 def is_complete(entry):

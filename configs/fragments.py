@@ -12,6 +12,9 @@ DATA holds train/ and test/ folders of WID_PID_FID.jpg fragments (the HisFrag20 
   # The real HisFrag20 folders, on accelerators:
   python -m launch.train --config configs/fragments.py:hisfrag20 --data /data/hisfrag20 \
       --workdir gs://bucket/fragments
+  # Without writer labels (surrogate classes from SIFT clusters):
+  python -m launch.train --config configs/fragments.py:demo --config.train.labels=surrogate \
+      --data data/fragments-synth --workdir workdirs/fragments-surrogate
 """
 import ml_collections
 
@@ -25,47 +28,54 @@ def get_config(arg='demo'):
   c.task = 'retrieval.task'
   # data.dir holds train/ and test/; format='tfds' reads retrieval/tfds_hisfrag20.py's build.
   c.data.format = 'folder'
-  # Fragments are fitted (aspect kept, black padding) into load_size squares once; training
-  # sees random crop_size crops, evaluation the whole fitted fragment. 512 keeps the demo's
-  # fragments near their own scale (writer mAP 0.249 vs 0.212 when fitted into 256).
-  c.input = dict(load_size=512, crop_size=128, color=False, num_threads=8)
+  # Training and evaluation read 32x32 binarised patches centred on ink at SIFT keypoints, at
+  # each fragment's own resolution (retrieval/patches.py), at most max_patches a fragment,
+  # with an ink share within ink_bounds.
+  c.input = dict(patch_size=32, max_patches=48, ink_bounds=(0.05, 0.6), num_threads=8)
+  # A CIFAR ResNet-20 (bengrapheme/models/cifar_resnet.py) -> GeM -> 64-d, per patch.
   c.model = dict(
-      name='resnet', args=dict(depth=10, width=16, stem='imagenet', dtype='float32'),
-      pooling='gem', netvlad_clusters=16, embedding_dim=128)
-  # Trained from scratch, batch-hard triplets collapsed every embedding to one point on the
-  # synthetic demo (loss -> log 2, writer mAP 0.15 at step 300); multi-similarity, whose
-  # negative term punishes that, learns. `--config.loss.name=batch_hard` (soft margin unless
-  # `--config.loss.margin=0.2`) suits a pretrained trunk.
+      name='cifar_resnet', args=dict(depth=20, width=16, dtype='float32'),
+      pooling='gem', netvlad_clusters=16, embedding_dim=64)
+  # Multi-similarity: batch-hard triplets from scratch collapsed every embedding to one point
+  # on the synthetic demo; `--config.loss.name=batch_hard` (soft margin unless
+  # `--config.loss.margin=0.2`) is kept for comparison.
   c.loss = dict(name='multi_similarity',
                 margin=ml_collections.FieldReference(None, field_type=float))
-  # Handwriting slant and size identify writers: only mild geometric jitter, no mixing.
-  c.aug.update(rotate_deg=3.0, shear_deg=0.0, scale=(0.9, 1.1), translate=0.0,
+  # Mild geometric jitter only: slant and letter size identify writers.
+  c.aug.update(rotate_deg=3.0, shear_deg=0.0, scale=(0.95, 1.05), translate=0.05,
                grid_mask_prob=0.0, mix_prob=0.0)
-  # P x K batches: writers_per_batch writers, batch_size / writers_per_batch fragments each.
-  c.train.update(steps=600, batch_size=64, lr=1e-3, warmup_steps=50, log_every=25,
+  # P x K batches: writers_per_batch classes, batch_size / writers_per_batch patches each.
+  # labels: 'writer' (the WID of the file names) or 'surrogate' (k-means clusters of the
+  # patches' SIFT descriptors: no writer labels needed; retrieval/surrogate.py).
+  c.train.update(steps=600, batch_size=256, lr=2e-3, warmup_steps=50, log_every=25,
                  checkpoint_every=100)
-  c.train.writers_per_batch = 16
-  # pca_whitening: dims of a PCA-whitening fitted on the train embeddings (0 = off); the
-  # evaluator then also reports 'encoder_whitened'. Off by default: fitted on the demo's 60
-  # train writers it halved writer mAP (0.194 vs 0.435 at 2,000 steps with 64 dims).
-  c.eval.update(every=300, splits=('test',), batch_size=32)
-  c.eval.update(srs_lbp=True, lbp_fit_fragments=1000, export_distances=True, pca_whitening=0)
+  c.train.update(writers_per_batch=16, labels='writer', surrogate_classes=500)
+  # Fragment descriptor: aggregation 'sum' or 'vlad' (vlad_centres k-means centres) of the
+  # patch embeddings, power-normalised (power) and L2; whitening 'self' (PCA-whitening fitted
+  # on the evaluated set's own descriptors: transductive, no labels), 'train' or 'none';
+  # rerank: SGR with rerank_k neighbours; fusion: encoder + SRS-LBP. export_method: whose
+  # distances go to eval/distances_SPLIT.{npy,csv}.
+  c.eval.update(every=300, splits=('test',), batch_size=512)
+  c.eval.update(aggregation='sum', vlad_centres=32, power=0.4, whitening='self',
+                whitening_dims=64, rerank=True, rerank_k=4, fusion=True, srs_lbp=True,
+                lbp_fit_fragments=1000, export_distances=True, export_method='encoder')
 
   if arg == 'hisfrag20':
-    # ResNet-50 trunk in colour at higher resolution, bf16, EMA; P x K = 64 writers x 4.
-    c.input.update(load_size=512, crop_size=256, color=True)
-    c.model.args = dict(depth=50, width=64, stem='imagenet', dtype='bfloat16')
-    c.model.embedding_dim = 512
-    c.train.update(steps=30000, batch_size=256, writers_per_batch=64, lr=3e-4,
-                   warmup_steps=1000, ema_decay=0.999, log_every=100, checkpoint_every=1000)
-    c.eval.update(every=5000, batch_size=128, lbp_fit_fragments=5000)
+    # The same pipeline at full scale on accelerators: more patches per fragment, ResNet-56,
+    # large P x K batches (Peer et al.: 16 patches a class, batch 1,024), bf16.
+    c.input.update(max_patches=256)
+    c.model.args = dict(depth=56, width=16, dtype='bfloat16')
+    c.train.update(steps=30000, batch_size=1024, writers_per_batch=64, lr=1e-3,
+                   warmup_steps=1000, ema_decay=0.999, log_every=100, checkpoint_every=1000,
+                   surrogate_classes=5000)
+    c.eval.update(every=5000, batch_size=4096, lbp_fit_fragments=5000, whitening_dims=512)
   elif arg == 'test':
-    c.input.update(load_size=64, crop_size=48, num_threads=2)
-    c.model.args = dict(depth=10, width=8, stem='imagenet', dtype='float32')
+    c.input.update(max_patches=8, num_threads=2)
+    c.model.args = dict(depth=8, width=4, dtype='float32')
     c.model.embedding_dim = 16
     c.train.update(steps=6, batch_size=16, writers_per_batch=4, warmup_steps=2, log_every=2,
-                   checkpoint_every=2, keep_checkpoints=10)
-    c.eval.update(every=0, batch_size=16, lbp_fit_fragments=40, pca_whitening=8)
+                   checkpoint_every=2, keep_checkpoints=10, surrogate_classes=20)
+    c.eval.update(every=0, batch_size=64, lbp_fit_fragments=40, whitening_dims=8)
 
   c.lock()
   return c

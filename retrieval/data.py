@@ -1,61 +1,109 @@
-"""Fragments for the trainer: a HisFrag20 folder (or TFDS build) decoded once into a
-memory-mapped cache, and endless P x K batches (P writers, K fragments each) for the triplet
-losses. JPEG decoding every epoch would starve 2 CPU cores; the device does the random crop,
-augmentation and normalisation."""
+"""Fragments for the trainer: a HisFrag20 folder (or TFDS build) cut once into ink-centred
+patches at native scale (retrieval/patches.py), kept in a memory-mapped cache, and endless
+P x K batches (P classes, K patches each) for the metric-learning losses.
+
+The cache holds only what training and evaluation read: binarised 32x32 patches (1 byte a
+pixel) and their SIFT descriptors, bounded by input.max_patches per fragment, instead of
+every decoded pixel.
+"""
 import collections
 import concurrent.futures
 import json
 import os
+import pathlib
 
 import grain
 import jax
 import numpy as np
+import tqdm
 
 from bengrapheme import cache, files
-from retrieval import reader
+from retrieval import patches, reader, surrogate
 
-CACHE_LAYOUT = 1  # bump when the cache's files change
+CACHE_LAYOUT = 2  # bump when the cache's files change
 
 
-class CachedFragments:
-  """All fragments of one split, fitted to `size` and stored as one uint8 memmap."""
+class PatchSource:
+  """The ink-centred patches of one split (retrieval/patches.py), memory-mapped from the
+  cache: record i = dict(image uint8 [S, S, 1] (ink 255), index). Per fragment f (row order of
+  the split's listing): names[f], writer_ids[f], page_ids[f], valid_pixels[f] and its patches
+  starts[f]:starts[f + 1]; patch_writer[i] is the writer of patch i."""
 
-  def __init__(self, path, names, writer, page, valid_pixels):
-    self.path, self.names = path, names
-    self.writer_ids, self.page_ids, self.valid_pixels = writer, page, valid_pixels
-    self._images = None
+  def __init__(self, entry):
+    self.path = pathlib.Path(entry)
+    index = json.loads((self.path / 'index.json').read_text())
+    self.names, self.size = index['names'], index['patch_size']
+    self.writer_ids = np.array(index['writer'], np.int32)
+    self.page_ids = np.array(index['page'], np.int32)
+    self.starts = np.load(self.path / 'starts.npy')
+    self.valid_pixels = np.load(self.path / 'valid_pixels.npy')
+    self.fragment_of = np.repeat(np.arange(len(self.names)), np.diff(self.starts)).astype(np.int32)
+    self.patch_writer = self.writer_ids[self.fragment_of]
+    self._patches = None
 
   def __len__(self):
-    return len(self.names)
+    return int(self.starts[-1])
+
+  def patches(self):
+    if self._patches is None:  # opened lazily: each grain worker maps the file itself
+      self._patches = np.asarray(np.load(self.path / 'patches.npy', mmap_mode='r'))
+    return self._patches
+
+  def sift(self):
+    """uint8 [len(self), 128]: the SIFT descriptor at each patch's keypoint."""
+    return np.load(self.path / 'sift.npy', mmap_mode='r')
 
   def __getitem__(self, i):
-    if self._images is None:  # opened lazily: each grain worker maps the file itself
-      self._images = np.load(self.path, mmap_mode='r')
-    return dict(image=np.asarray(self._images[i]), writer=self.writer_ids[i],
-                page=self.page_ids[i], index=np.int32(i), valid_pixels=self.valid_pixels[i])
+    return dict(image=self.patches()[i][..., None], index=np.int32(i))
 
   def __getstate__(self):
-    return dict(self.__dict__, _images=None)
+    return dict(self.__dict__, _patches=None)
+
+  def __repr__(self):
+    return f'PatchSource({str(self.path)!r}: {len(self)} patches of {len(self.names)} fragments)'
 
 
-def _build(src, folder):
-  """Decodes and fits every fragment of a reader.FragmentSource into `folder` (in threads:
-  Pillow releases the GIL). A bad fragment raises reader.DataError naming it."""
-  images = np.lib.format.open_memmap(folder / 'images.npy', 'w+', np.uint8,
-                                     (len(src), src.size, src.size, 3 if src.color else 1))
-  valid = np.zeros(len(src), np.int32)
+def _build(src, folder, params):
+  """Extracts the patches of every fragment of a reader.FragmentSource into `folder`, in
+  threads (OpenCV, scikit-image and Pillow release the GIL). A bad fragment raises
+  reader.DataError naming it. Patches are appended to disk as they come (fragment order), so
+  memory holds only the fragments in flight, whatever the split's size."""
+  counts, valid = np.zeros(len(src), np.int64), np.zeros(len(src), np.int32)
 
-  def fill(i):
-    record = src[i]
-    images[i], valid[i] = record['image'], record['valid_pixels']
+  def one(i):
+    rgb = src.read_rgb(i)
+    name = os.path.basename(src.fragments[i].path)
+    return rgb, patches.extract(rgb, name, size=params['patch_size'],
+                                max_patches=params['max_patches'],
+                                ink_bounds=params['ink_bounds'], seed=params['seed'])
 
-  with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
-    list(pool.map(fill, range(len(src))))
-  images.flush()
+  raw = folder / 'patches.raw'
+  with open(raw, 'wb') as out, open(folder / 'sift.raw', 'wb') as sift_out, \
+      concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
+    for i, (rgb, (patch, sift)) in enumerate(tqdm.tqdm(
+        pool.map(one, range(len(src))), total=len(src), unit='fragment',
+        desc='patches', disable=jax.process_index() != 0, mininterval=10)):
+      counts[i], valid[i] = len(patch), reader.valid_pixel_count(rgb)
+      out.write(patch.tobytes())
+      sift_out.write(sift.tobytes())
+  total, size = int(counts.sum()), params['patch_size']
+  _raw_to_npy(raw, folder / 'patches.npy', (total, size, size))
+  _raw_to_npy(folder / 'sift.raw', folder / 'sift.npy', (total, 128))
+  np.save(folder / 'starts.npy', np.concatenate([[0], np.cumsum(counts)]))
   np.save(folder / 'valid_pixels.npy', valid)
   (folder / 'index.json').write_text(json.dumps(
-      {'names': [os.path.basename(x.path) for x in src.fragments],
+      {'names': [os.path.basename(x.path) for x in src.fragments], 'patch_size': size,
        'writer': src.writer_ids.tolist(), 'page': src.page_ids.tolist()}))
+
+
+def _raw_to_npy(raw, path, shape):
+  """Puts the .npy header in front of raw uint8 bytes (streamed, never all in memory)."""
+  with open(path, 'wb') as out, open(raw, 'rb') as f:
+    np.lib.format.write_array_header_1_0(
+        out, {'descr': '|u1', 'fortran_order': False, 'shape': shape})
+    while block := f.read(64 << 20):
+      out.write(block)
+  os.remove(raw)
 
 
 def _folder(config, split):
@@ -68,7 +116,9 @@ def _folder(config, split):
 def listing(config, split):
   """The split as a reader.FragmentSource (listed, nothing decoded yet): DATA/{split}, or the
   split of the TFDS build in config.data.tfds_dir (format 'tfds')."""
-  size, color = config.input.load_size, config.input.color
+  # Only the listing and read_rgb (each fragment at its own size) are used: the fitted,
+  # fixed-size records of reader.FragmentSource are not read here.
+  size, color = config.input.patch_size, False
   if config.data.format == 'tfds':
     if not config.data.tfds_dir:
       raise ValueError("config.data.format='tfds' needs config.data.tfds_dir, a TFDS data "
@@ -81,21 +131,30 @@ def listing(config, split):
   return reader.FragmentSource(_folder(config, split), size, color)
 
 
+def source_files(config, src, split):
+  """(the files the listing `src` of `split` is read from, their folder or build)."""
+  if config.data.format == 'tfds':
+    return src.record_files, config.data.tfds_dir
+  return [f.path for f in src.fragments], _folder(config, split)
+
+
+def patch_params(config):
+  """The settings the patch cache depends on (part of its key)."""
+  i = config.input
+  return dict(layout=CACHE_LAYOUT, patch_size=i.patch_size, max_patches=i.max_patches,
+              ink_bounds=list(i.ink_bounds), seed=config.seed)
+
+
 def source(config, workdir, split):
-  """The fragments of DATA/{train,test} (or of the TFDS build), decoded once into
+  """The patches of DATA/{train,test} (or of the TFDS build), extracted once into
   WORKDIR/prepared (or cache_dir): a bengrapheme/cache.py entry keyed by the fragment files
-  (or the build's record files) and the load size and colour."""
+  (or the build's record files) and patch_params."""
   src = listing(config, split)
-  paths = (src.record_files if config.data.format == 'tfds'
-           else [f.path for f in src.fragments])
-  origin = config.data.tfds_dir if config.data.format == 'tfds' else _folder(config, split)
-  entry = cache.build_once(files.prepared_dir(config, workdir), f'fragments-{split}', paths,
-                           [CACHE_LAYOUT, src.size, src.color],
-                           lambda folder: _build(src, folder), origin=origin)
-  index = json.loads((entry / 'index.json').read_text())
-  return CachedFragments(entry / 'images.npy', index['names'],
-                         np.array(index['writer'], np.int32), np.array(index['page'], np.int32),
-                         np.load(entry / 'valid_pixels.npy'))
+  paths, origin = source_files(config, src, split)
+  params = patch_params(config)
+  entry = cache.build_once(files.prepared_dir(config, workdir), f'patches-{split}', paths,
+                           params, lambda folder: _build(src, folder, params), origin=origin)
+  return PatchSource(entry)
 
 
 class PKBatches:
@@ -145,17 +204,24 @@ def check_training_writers(fragments):
 
 
 def train_data(config, workdir, local_batch):
-  """This process's rows of each P x K global batch; the iterator state checkpoints."""
-  check_training_writers(listing(config, 'train').fragments)
+  """This process's rows of each P x K global batch of patches; the iterator state
+  checkpoints. Classes are writers (train.labels='writer') or surrogate classes, clusters of
+  the patches' SIFT descriptors that need no writer labels (train.labels='surrogate')."""
+  if config.train.labels == 'writer':
+    check_training_writers(listing(config, 'train').fragments)
+  elif config.train.labels != 'surrogate':
+    raise ValueError(f"train.labels={config.train.labels!r}: expected 'writer' or 'surrogate'")
   src = source(config, workdir, 'train')
+  labels = (src.patch_writer if config.train.labels == 'writer'
+            else surrogate.labels(config, workdir, src))
   p, k = config.train.writers_per_batch, config.train.batch_size // config.train.writers_per_batch
   if p * k != config.train.batch_size:
     raise ValueError(f'train.batch_size={config.train.batch_size} must be a multiple of '
                      f'train.writers_per_batch={p}')
   lo = jax.process_index() * local_batch
-  sampler = PKBatches(src.writer_ids, p, k, config.seed)
+  sampler = PKBatches(labels, p, k, config.seed)
   ds = grain.MapDataset.source(sampler).map(lambda idx: idx[lo:lo + local_batch])
-  ds = ds.map(lambda idx: {key: np.stack([src[int(i)][key] for i in idx])
-                           for key in ('image', 'writer', 'page')})
-  return ds.to_iter_dataset(grain.ReadOptions(num_threads=config.input.num_threads,
-                                              prefetch_buffer_size=4))
+  ds = ds.map(lambda idx: {'image': src.patches()[idx][..., None], 'label': labels[idx]})
+  threads = config.input.num_threads
+  return ds.to_iter_dataset(grain.ReadOptions(num_threads=threads,
+                                              prefetch_buffer_size=max(4, threads)))

@@ -1,23 +1,48 @@
-"""The fragment evaluator: writer and page retrieval of the encoder's embeddings, beside the
-SRS-LBP baseline and the optional PCA-whitened encoder, and the N x N distance export."""
+"""The fragment evaluator: writer and page retrieval of the encoder, of the SRS-LBP baseline,
+of each re-ranked, and of their fusion, plus the N x N distance export.
+
+The encoder embeds every patch of a fragment (retrieval/patches.py); the fragment's
+descriptor is their aggregation, power-normalised (retrieval/aggregate.py), optionally
+PCA-whitened: fitted on the evaluated set's own descriptors ('self': transductive, no labels,
+as Peer et al. do) or on the training split's ('train'). Every method is its own block of
+scores, so a reader sees what each step buys:
+
+  encoder            aggregated patch embeddings (Euclidean on L2-normalised rows)
+  encoder_whitened   + PCA-whitening (eval.whitening)
+  encoder_reranked   + SGR re-ranking (eval.rerank)
+  srs_lbp            the organisers' baseline (test split; L1 on Hellinger-PCA histograms)
+  srs_lbp_reranked   SGR on its embeddings
+  fused              the mean of the z-normalised distances of the encoder's and SRS-LBP's
+                     last steps (eval.fusion)
+"""
 import concurrent.futures
 import os
 
 import jax
 import numpy as np
 
-from bengrapheme import evaluation, files
-from retrieval import data, distances_io, lbp, metrics, pca, reader, report
+from bengrapheme import cache, evaluation, files
+from retrieval import aggregate, data, distances_io, lbp, metrics, pca, reader, report
 from retrieval.model import preprocess
 
 
-def embed(config, model, src):
-  """Embeddings [N, D] of every fragment of `src`, in its row order."""
+def patch_embeddings(config, model, src):
+  """Embeddings [len(src), D] of every patch of the PatchSource `src`."""
   def forward_embeddings(forward, batch):
     return {'embedding': forward(preprocess(batch['image'], config))}
 
   return evaluation.outputs_by_row(model, forward_embeddings, src,
                                    batch_size=config.eval.batch_size)['embedding']
+
+
+def descriptors(config, model, src):
+  """Fragment descriptors [N, D] of a PatchSource (aggregated, power-normalised, L2)."""
+  x = patch_embeddings(config, model, src)
+  centres = None
+  if config.eval.aggregation == 'vlad':  # centres from the evaluated set's own patches
+    centres = aggregate.fit_centres(x, config.eval.vlad_centres, config.seed)
+  return aggregate.fragment_descriptors(x, src.starts, method=config.eval.aggregation,
+                                        alpha=config.eval.power, centres=centres)
 
 
 def labelings(src):
@@ -36,14 +61,17 @@ def lbp_features(src, indices):
 
 def srs_lbp_embeddings(config, workdir):
   """The SRS-LBP embeddings [N, 200] of the test split (PCA fitted on train), computed once
-  and kept in WORKDIR/eval/srs_lbp_test.npy (the features take minutes; the model's
-  checkpoint does not change them)."""
-  path = files.join(workdir, 'eval', 'srs_lbp_test.npy')
+  per dataset: kept in WORKDIR/eval/srs_lbp_test-KEY.npy, KEY naming the fragment files of
+  both splits (and the fit settings), so evaluating the workdir on other data recomputes."""
+  train_list, test_list = data.listing(config, 'train'), data.listing(config, 'test')
+  key = cache.key_of('srs_lbp', [*data.source_files(config, train_list, 'train')[0],
+                                 *data.source_files(config, test_list, 'test')[0]],
+                     [config.seed, config.eval.lbp_fit_fragments])
+  path = files.join(workdir, 'eval', f'srs_lbp_test-{key}.npy')
   if files.exists(path):
     return files.load_npy(path)
-  # The listings in the order of the caches (which data.source builds from them), so row i
-  # of the features is fragment i of the test source; read from the folder or the TFDS build.
-  train_list, test_list = data.listing(config, 'train'), data.listing(config, 'test')
+  # The listings are in the order of the patch caches, so row i of the features is fragment
+  # i of the test source; read from the folder or the TFDS build alike.
   fit_on = np.random.default_rng(config.seed).permutation(len(train_list))
   train_features = lbp_features(train_list, fit_on[:config.eval.lbp_fit_fragments])
   test_features = lbp_features(test_list, range(len(test_list)))
@@ -56,40 +84,70 @@ def srs_lbp_embeddings(config, workdir):
 
 
 class Evaluator:
-  """Writer and page retrieval: {method: {'writer' | 'page': {map, top1, pr10, pr100,
-  num_queries}}} for 'encoder', 'encoder_whitened' (config.eval.pca_whitening dims, fitted on
-  the train embeddings) and 'srs_lbp' (test split, config.eval.srs_lbp); 'score' is the
-  encoder's writer mAP. Details, for the report: the source and, per method, its embeddings,
-  the metric they are ranked by and each query's AP (from the metrics kernel)."""
+  """Retrieval scores {method: {'writer' | 'page': {map, top1, pr10, pr100, num_queries}}}
+  for the methods of the module docstring that the config switches on; 'score' is the
+  encoder's writer mAP after its last configured step. Details, for the report: per
+  embedding method, its embeddings, the metric they are ranked by and each query's AP."""
 
   def __init__(self, config, split, workdir):
     self.config, self.split, self.workdir = config, split, workdir
     self.source = data.source(config, workdir, split)
+    self.listing = data.listing(config, split)
 
   def run(self, model):
-    config, split, src = self.config, self.split, self.source
-    embeddings = embed(config, model, src)
-    methods = {'encoder': (embeddings, 'euclidean')}  # retrieval_metrics' default metric
-    if config.eval.pca_whitening and split != 'train':
-      train_embeddings = embed(config, model, data.source(config, self.workdir, 'train'))
-      whitening = pca.fit(train_embeddings, config.eval.pca_whitening, whiten=True)
-      methods['encoder_whitened'] = (pca.l2_normalise(pca.project(whitening, embeddings)),
-                                     'euclidean')
-    if config.eval.srs_lbp and split == 'test':
-      methods['srs_lbp'] = (srs_lbp_embeddings(config, self.workdir), 'cityblock')
-    scores, ranked = {}, {}
-    for method, (x, metric) in methods.items():
-      scores[method] = metrics.retrieval_metrics(x, labelings(src), metric=metric,
+    config, e, src = self.config, self.config.eval, self.source
+    x = descriptors(config, model, src)
+    embedded = {'encoder': (x, 'euclidean')}  # retrieval_metrics' default metric
+    if e.whitening not in ('none', 'self', 'train'):
+      raise ValueError(f"eval.whitening={e.whitening!r}: expected 'none', 'self' or 'train'")
+    if e.whitening != 'none':
+      fit_on = x if e.whitening == 'self' else descriptors(
+          config, model, data.source(config, self.workdir, 'train'))
+      whitening = pca.fit(fit_on, min(e.whitening_dims, len(fit_on) - 1, fit_on.shape[1]),
+                          whiten=True)
+      embedded['encoder_whitened'] = (pca.l2_normalise(pca.project(whitening, x)),
+                                      'euclidean')
+    encoder_last = list(embedded)[-1]
+    if e.srs_lbp and self.split == 'test':
+      embedded['srs_lbp'] = (srs_lbp_embeddings(config, self.workdir), 'cityblock')
+    matrices = {}  # methods known by their distance matrix alone
+    if e.rerank:
+      matrices['encoder_reranked'] = aggregate.sgr(embedded[encoder_last][0], k=e.rerank_k)
+      if 'srs_lbp' in embedded:
+        matrices['srs_lbp_reranked'] = aggregate.sgr(embedded['srs_lbp'][0], k=e.rerank_k)
+    if e.fusion and 'srs_lbp' in embedded:  # each method after its last configured step
+      encoder_d = matrices.get('encoder_reranked')
+      lbp_d = matrices.get('srs_lbp_reranked')
+      matrices['fused'] = aggregate.fuse(
+          self._matrix(embedded, encoder_last) if encoder_d is None else encoder_d,
+          self._matrix(embedded, 'srs_lbp') if lbp_d is None else lbp_d)
+
+    scores, details = {}, {}
+    for method, (emb, metric) in embedded.items():
+      scores[method] = metrics.retrieval_metrics(emb, labelings(src), metric=metric,
                                                  per_query=True)
       ap = {labeling: block.pop('ap') for labeling, block in scores[method].items()}
-      ranked[method] = dict(embeddings=x, metric=metric, ap=ap)
-    scores['score'] = scores['encoder']['writer']['map']
-    if config.eval.export_distances and jax.process_index() == 0:
-      distances = metrics.distance_matrix(embeddings)
-      files.save_npy(files.join(self.workdir, 'eval', f'distances_{split}.npy'), distances)
-      distances_io.write_distance_csv(
-          files.join(self.workdir, 'eval', f'distances_{split}.csv'), distances, src.names)
-    return scores, ranked
+      details[method] = dict(embeddings=emb, metric=metric, ap=ap)
+    for method, d in matrices.items():
+      scores[method] = metrics.metrics_from_distances(d, labelings(src))
+    scores['score'] = scores['encoder_reranked' if e.rerank else encoder_last]['writer']['map']
+    if e.export_distances and jax.process_index() == 0:
+      self._export(matrices.get(e.export_method) if e.export_method in matrices
+                   else self._matrix(embedded, e.export_method))
+    return scores, details
+
+  def _matrix(self, embedded, method):
+    if method not in embedded:
+      raise ValueError(f'eval.export_method={method!r}: expected one of the methods scored: '
+                       f'{", ".join(embedded)}, encoder_reranked, srs_lbp_reranked, fused')
+    emb, metric = embedded[method]
+    return metrics.distance_matrix(emb, metric=metric)
+
+  def _export(self, distances):
+    eval_dir = files.join(self.workdir, 'eval')
+    files.save_npy(files.join(eval_dir, f'distances_{self.split}.npy'), distances)
+    distances_io.write_distance_csv(files.join(eval_dir, f'distances_{self.split}.csv'),
+                                    distances, self.source.names)
 
   def report_sections(self, scores, details):
-    return report.sections(self.split, scores, details, self.source)
+    return report.sections(self.split, scores, details, self.source, self.listing)

@@ -1,5 +1,5 @@
-"""The fragment encoder: backbone feature map -> GeM or NetVLAD pooling -> projection -> L2,
-and the on-device preprocessing of its uint8 input."""
+"""The patch encoder: backbone feature map -> GeM or NetVLAD pooling -> projection -> L2,
+and the on-device preprocessing of its uint8 input (retrieval/patches.py's patches)."""
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -7,13 +7,12 @@ from flax import nnx
 from bengrapheme import models
 
 
-class FragmentEncoder(nnx.Module):
+class PatchEncoder(nnx.Module):
   """Backbone feature map -> GeM (or NetVLAD) pooling -> projection -> L2 normalisation."""
 
   def __init__(self, config, rngs):
     m = config.model
-    channels = 3 if config.input.color else 1
-    self.backbone = models.backbone(m.name, in_channels=channels, pool='none', rngs=rngs,
+    self.backbone = models.backbone(m.name, in_channels=1, pool='none', rngs=rngs,
                                     **m.args)
     features = self.backbone.features
     self.pooling = m.pooling
@@ -47,16 +46,11 @@ class FragmentEncoder(nnx.Module):
 
 
 def make_model(config, rngs):
-  return FragmentEncoder(config, rngs)
+  return PatchEncoder(config, rngs)
 
 
-def preprocess(images, config, key=None):
-  """uint8 [B, S, S, C] -> float32 in [0, 1]: a random crop_size crop when `key` (training),
-  else the whole fitted fragment (the encoder is fully convolutional up to its pooling)."""
-  x = images.astype(jnp.float32) / 255.0
-  crop, size = config.input.crop_size, images.shape[1]
-  if key is None:
-    return x
-  offsets = jax.random.randint(key, (x.shape[0], 2), 0, size - crop + 1)
-  return jax.vmap(lambda im, o: jax.lax.dynamic_slice(
-      im, (o[0], o[1], 0), (crop, crop, im.shape[-1])))(x, offsets)
+def preprocess(images, config):
+  """uint8 patches [B, S, S, C] (ink 255) -> float32 in [0, 1], ink high and background 0
+  (augmentation then fills with background)."""
+  del config
+  return images.astype(jnp.float32) / 255.0

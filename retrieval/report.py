@@ -82,9 +82,10 @@ def rank_queries(embeddings, labelings, metric, *, top_k=TOP_K, block_size=256):
   return pr, top
 
 
-def sections(split, scores, details, src):
+def sections(split, scores, details, src, listing):
   """The report of one split: scores as the evaluator returns them (nested), details its
-  per-method embeddings, metric and per-query AP, src the split's fragments."""
+  per-method embeddings, metric and per-query AP, src the split's PatchSource and listing
+  its reader.FragmentSource (the fragments themselves, for thumbnails)."""
   labelings = {'writer': src.writer_ids, 'page': src.page_ids}
   ranked = {}
   for method, ranked_by in details.items():
@@ -95,7 +96,7 @@ def sections(split, scores, details, src):
                       f'and {len(np.unique(src.page_ids)):,} pages; every fragment is a query '
                       'against all others.'),
           *methods(scores), *pr_curves(ranked), *ap_against_size(ranked, src.valid_pixels),
-          *query_grid(ranked['encoder'], src)]
+          *query_grid(ranked['encoder'], src, listing)]
 
 
 def methods(scores):
@@ -107,6 +108,9 @@ def methods(scores):
                            title='Retrieval scores by method', y_label='score', width=900)
   parts = [report.tag('h3', 'Encoder vs SRS-LBP'), report.table(['method', *headers], rows),
            chart]
+  parts.insert(1, report.note(
+      'encoder: aggregated patch embeddings; _whitened: + PCA-whitening; _reranked: + SGR '
+      're-ranking; fused: mean of the z-normalised distances of the encoder and SRS-LBP.'))
   if 'srs_lbp' not in names:
     parts.insert(1, report.note('SRS-LBP is scored on the test split when '
                                 'config.eval.srs_lbp is on.'))
@@ -149,13 +153,13 @@ def ap_against_size(ranked, valid_pixels):
           report.row(*charts)]
 
 
-def _thumbnail(src, i, colour, caption):
-  return report.tag('figure', report.png(src[int(i)]['image'], fit=THUMB, alt=src.names[i],
+def _thumbnail(src, listing, i, colour, caption):
+  return report.tag('figure', report.png(listing.read_rgb(int(i)), fit=THUMB, alt=src.names[i],
                                          style=f'border: 3px solid {colour}'),
                     report.tag('figcaption', caption))
 
 
-def query_grid(ranked, src):
+def query_grid(ranked, src, listing):
   ap, _, top = ranked
   queries = np.flatnonzero(np.isfinite(ap['writer']))
   queries = queries[np.argsort(-ap['writer'][queries], kind='stable')]
@@ -163,12 +167,12 @@ def query_grid(ranked, src):
                             .round().astype(int))]
   rows = []
   for q in shown:
-    cells = [_thumbnail(src, q, '#1f77b4', f'{src.names[q]} AP {ap["writer"][q]:.2f}')]
+    cells = [_thumbnail(src, listing, q, '#1f77b4', f'{src.names[q]} AP {ap["writer"][q]:.2f}')]
     for rank, i in enumerate(top[q], 1):
       same_writer = src.writer_ids[i] == src.writer_ids[q]
       what = ('same page' if src.page_ids[i] == src.page_ids[q] else
               'same writer' if same_writer else 'other writer')
-      cells.append(_thumbnail(src, i, report.RIGHT if same_writer else report.WRONG,
+      cells.append(_thumbnail(src, listing, i, report.RIGHT if same_writer else report.WRONG,
                               f'{rank}. {what}'))
     rows.append(cells)
   return [report.tag('h3', 'Queries and their top results'),

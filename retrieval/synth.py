@@ -74,7 +74,7 @@ FONTS = (
     ('fonts-klaudia-berenika', 'truetype/klaudia-berenika/Klaudia.ttf'),
     ('fonts-klaudia-berenika', 'truetype/klaudia-berenika/Klaudia-Oblique.ttf'),
 )
-WRITERS_PER_HAND = 3  # writers sharing one font (with their own styles)
+WRITERS_PER_HAND = 6  # writers sharing one font (with their own styles)
 LETTERS = 'abcdefghijklmnopqrstuvwxyz'
 CAPITALS = 'ABCDEFGHILMNOPQRSTV'  # the capitals of the classical Latin alphabet in use here
 PUNCTUATION = '.,;:'
@@ -182,20 +182,25 @@ def page_style(style, rng):
   own ink batch and paper stock, so that neither a colour nor an exact size identifies a
   writer (real pages of one scribe differ in all of these).
   """
-  x_height = style['x_height'] * rng.lognormal(0, 0.07)
+  x_height = style['x_height'] * rng.lognormal(0, 0.12)
   size = max(8, int(round(style['size'] * x_height / style['x_height'])))
-  stroke = int(np.clip(style['stroke'] + rng.choice([-1, 0, 0, 0, 1]), 0, 2))
+  stroke = int(np.clip(style['stroke'] + rng.choice([-1, 0, 0, 1]), 0, 2))
   if x_height <= 11:  # thin pens on small letters, so that they stay open
     stroke = min(stroke, 1)
-  spacing = rng.lognormal(0, 0.06)
+  spacing = rng.lognormal(0, 0.10)
   ink = INKS[rng.integers(len(INKS))] if rng.uniform() < 0.5 else style['ink']
   return dict(
       style, x_height=x_height, size=size, stroke=stroke,
-      slant=style['slant'] + rng.normal(0, 0.04),
+      slant=style['slant'] + rng.normal(0, 0.07),
       tracking=style['tracking'] * spacing, word_gap=style['word_gap'] * spacing,
-      line_gap=style['line_gap'] * rng.lognormal(0, 0.05),
+      line_gap=style['line_gap'] * rng.lognormal(0, 0.08),
+      wobble=style['wobble'] * rng.lognormal(0, 0.3),
+      jitter=style['jitter'] * rng.lognormal(0, 0.3),
       ink=np.clip(np.array(ink, np.float64) + rng.normal(0, 8, 3), 0, 255),
-      ink_opacity=np.clip(style['ink_opacity'] + rng.normal(0, 0.04), 0.7, 0.98),
+      # Some pages are faint: a thin ink, a worn page.
+      ink_opacity=np.clip(style['ink_opacity'] * rng.uniform(0.55, 1.05), 0.4, 0.98),
+      # Scanned at its own resolution: every length on the page scales together.
+      scan_scale=rng.uniform(0.7, 1.3),
       paper=np.clip(np.array(PAPERS[rng.integers(len(PAPERS))]) + rng.normal(0, 6, 3), 0, 255))
 
 
@@ -323,7 +328,7 @@ def _stains(height, width, rng):
     y, x, r = rng.uniform(0, height), rng.uniform(0, width), rng.uniform(0.8, 3)
     draw.ellipse((x - r, y - r, x + r, y + r), fill=int(rng.uniform(60, 200)))
   out = np.asarray(specks, np.float32) / 255
-  for _ in range(rng.poisson(1.5)):
+  for _ in range(rng.poisson(2.5)):
     cy, cx = rng.uniform(0, height), rng.uniform(0, width)
     ry, rx = rng.uniform(30, 220) * rng.uniform(0.6, 1.4, 2)
     top, left = int(max(0, cy - 1.5 * ry)), int(max(0, cx - 1.5 * rx))
@@ -352,19 +357,19 @@ def render_page(style, rng, width=1000, height=1400):
   shade += rng.normal(0, rng.uniform(0.008, 0.025), (height, width)).astype(np.float32)
   page = shade[..., None] * paper
   # Bleed-through: the verso's text, mirrored and blurred, shows faintly.
-  if rng.uniform() < 0.6:
+  if rng.uniform() < 0.75:
     # Blurred at half size: the same look for a quarter of the work.
     verso = Image.fromarray((render_text(style, width, height, rng)[:, ::-1] * 255)
                             .astype(np.uint8)).reduce(2)
     verso = verso.filter(ImageFilter.GaussianBlur(rng.uniform(0.7, 1.7)))
     verso = np.asarray(verso.resize((width, height), Image.Resampling.BILINEAR),
                        np.float32) / 255
-    alpha = (verso * rng.uniform(0.08, 0.25))[..., None]
+    alpha = (verso * rng.uniform(0.08, 0.35))[..., None]
     page += alpha * (0.5 * style['ink'].astype(np.float32) - 0.5 * page)
   page *= 1 - _stains(height, width, rng)[..., None] * np.array([0.35, 0.45, 0.65],
                                                                  np.float32)
   # Ink opacity fades in broad patches and varies with the pen's pressure along the strokes.
-  fade = np.clip(1 + rng.uniform(0, 0.35) * _smooth_field(height, width, rng), 0.3, 1)
+  fade = np.clip(1 + rng.uniform(0, 0.5) * _smooth_field(height, width, rng), 0.25, 1)
   pressure = np.clip(1 + 0.12 * _smooth_field(height, width, rng, cells=40, roughness=0.5,
                                               coarse=2), 0.6, 1)
   alpha = (text * (style['ink_opacity'] * fade * pressure))[..., None]
@@ -372,6 +377,10 @@ def render_page(style, rng, width=1000, height=1400):
   page += alpha * (ink - page)
   image = Image.fromarray(np.clip(page, 1, 255).astype(np.uint8))
   image = image.filter(ImageFilter.GaussianBlur(rng.uniform(0.3, 0.8)))  # scanning optics
+  # The scanner's resolution: the same hand arrives at another size in pixels.
+  scale = style['scan_scale']
+  image = image.resize((round(width * scale), round(height * scale)), Image.Resampling.LANCZOS)
+  text_box = tuple(int(round(v * scale)) for v in text_box)
   return np.asarray(image), text_box
 
 
