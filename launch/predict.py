@@ -11,10 +11,10 @@ def main(argv):
   del argv
   from bengrapheme import train
   config = flags.config()
+  if not hasattr(train.load_task(config), 'predict'):
+    raise SystemExit(f'{config.task} has no predictor (it has no submission format); '
+                     'python -m launch.evaluate writes its scores and exports')
   task, model = train.trained_model(config, flags.WORKDIR.value)
-  if not hasattr(task, 'predict'):
-    raise SystemExit(f'{config.task} has no predictor (no submission format): use '
-                     'python -m launch.evaluate for its scores and exports')
   print(task.predict(config, model, flags.WORKDIR.value))
 
 

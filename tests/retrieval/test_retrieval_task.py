@@ -100,3 +100,13 @@ def test_train_evaluate_and_score_exported_distances(fragment_data, fragment_eva
   for labeling in ('writer', 'page'):
     for k in ('map', 'top1', 'pr10', 'pr100'):
       assert scored[labeling][k] == pytest.approx(report[f'encoder/{labeling}/{k}'], abs=1e-6)
+
+
+def test_predict_says_in_one_line_that_fragments_have_no_predictor(fragment_data,
+                                                                   fragment_evaluated):
+  result = run_module('launch.predict', '--config=configs/fragments.py:test', '--data',
+                      fragment_data, '--workdir', fragment_evaluated, check=False)
+  assert result.returncode == 1
+  assert result.stderr.strip().splitlines() == [
+      'retrieval.task has no predictor (it has no submission format); python -m '
+      'launch.evaluate writes its scores and exports']
