@@ -12,8 +12,8 @@ scores, so a reader sees what each step buys:
   encoder_reranked   + SGR re-ranking (eval.rerank)
   srs_lbp            the organisers' baseline (test split; L1 on Hellinger-PCA histograms)
   srs_lbp_reranked   SGR on its embeddings
-  fused              the mean of the z-normalised distances of the encoder's and SRS-LBP's
-                     last steps (eval.fusion)
+  fused              the mean of the z-normalised distances of the encoder (after
+                     whitening, if on) and SRS-LBP (eval.fusion)
 """
 import concurrent.futures
 import os
@@ -112,15 +112,16 @@ class Evaluator:
       embedded['srs_lbp'] = (srs_lbp_embeddings(config, self.workdir), 'cityblock')
     matrices = {}  # methods known by their distance matrix alone
     if e.rerank:
-      matrices['encoder_reranked'] = aggregate.sgr(embedded[encoder_last][0], k=e.rerank_k)
-      if 'srs_lbp' in embedded:
-        matrices['srs_lbp_reranked'] = aggregate.sgr(embedded['srs_lbp'][0], k=e.rerank_k)
-    if e.fusion and 'srs_lbp' in embedded:  # each method after its last configured step
-      encoder_d = matrices.get('encoder_reranked')
-      lbp_d = matrices.get('srs_lbp_reranked')
-      matrices['fused'] = aggregate.fuse(
-          self._matrix(embedded, encoder_last) if encoder_d is None else encoder_d,
-          self._matrix(embedded, 'srs_lbp') if lbp_d is None else lbp_d)
+      # On centred rows: uncentred descriptors have cosine similarities near 1 for every
+      # pair, which flattens SGR's dense affinity (measured: it then always hurt).
+      centred = lambda emb: pca.l2_normalise(emb - emb.mean(axis=0))
+      for name, method in (('encoder_reranked', encoder_last), ('srs_lbp_reranked', 'srs_lbp')):
+        if method in embedded:
+          matrices[name] = aggregate.sgr(centred(embedded[method][0]), k=e.rerank_k,
+                                         gamma=e.rerank_gamma)
+    if e.fusion and 'srs_lbp' in embedded:
+      matrices['fused'] = aggregate.fuse(self._matrix(embedded, encoder_last),
+                                         self._matrix(embedded, 'srs_lbp'))
 
     scores, details = {}, {}
     for method, (emb, metric) in embedded.items():
