@@ -92,8 +92,9 @@ def sections(split, scores, details, src, listing):
     pr, top = rank_queries(ranked_by['embeddings'], labelings, ranked_by['metric'])
     ranked[method] = ranked_by['ap'], pr, top
   return [report.tag('h2', f'Fragments: split {split!r}'),
-          report.note(f'{len(src):,} fragments of {len(np.unique(src.writer_ids)):,} writers '
-                      f'and {len(np.unique(src.page_ids)):,} pages; every fragment is a query '
+          report.note(f'{len(src.names):,} fragments ({len(src):,} patches) of '
+                      f'{len(np.unique(src.writer_ids)):,} writers and '
+                      f'{len(np.unique(src.page_ids)):,} pages; every fragment is a query '
                       'against all others.'),
           *methods(scores), *pr_curves(ranked), *ap_against_size(ranked, src.valid_pixels),
           *query_grid(ranked['encoder'], src, listing)]
