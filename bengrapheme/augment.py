@@ -22,6 +22,8 @@ def default_config():
       translate=0.08,
       cutout_prob=0.0,
       cutout_size=0.3,
+      erase_prob=0.0,  # RandomErasing (the 10th place's choice over CutMix/MixUp)
+      erase_area=(0.02, 0.33),
       grid_mask_prob=0.3,
       mixup_alpha=0.0,
       cutmix_alpha=1.0,
@@ -30,18 +32,21 @@ def default_config():
 
 
 def apply(key, images, targets, aug):
-  """Runs the stages switched on in `aug`: affine, cutout, GridMask, then MixUp/CutMix.
+  """Runs the stages switched on in `aug`: affine, cutout, RandomErasing, GridMask, then
+  MixUp/CutMix.
 
   `aug` has the fields of `default_config()`; `targets` is a tuple of float one-hot or soft
   label arrays [B, K_i]. Returns (images, targets).
   """
-  affine_key, cutout_key, grid_key, mix_key = jax.random.split(key, 4)
+  affine_key, cutout_key, erase_key, grid_key, mix_key = jax.random.split(key, 5)
   if aug.affine:
     images = random_affine(affine_key, images, rotate_deg=aug.rotate_deg,
                            shear_deg=aug.shear_deg, scale=tuple(aug.scale),
                            translate=aug.translate)
   if aug.cutout_prob > 0:
     images = cutout(cutout_key, images, size_fraction=aug.cutout_size, prob=aug.cutout_prob)
+  if aug.erase_prob > 0:
+    images = random_erasing(erase_key, images, prob=aug.erase_prob, area=tuple(aug.erase_area))
   if aug.grid_mask_prob > 0:
     images = grid_mask(grid_key, images, prob=aug.grid_mask_prob)
   if aug.mix_prob > 0:
@@ -139,6 +144,27 @@ def cutout(key, images, *, size_fraction, prob):
   hole = (y >= top) & (y < top + hole_h) & (x >= left) & (x < left + hole_w)
   hole &= jax.random.bernoulli(apply_key, prob, (batch, 1, 1))
   return jnp.where(hole[..., None], jnp.zeros((), images.dtype), images)
+
+
+def random_erasing(key, images, *, prob, area=(0.02, 0.33), aspect=(0.3, 3.3)):
+  """RandomErasing (Zhong et al. 2020): with probability `prob` per image, fills a rectangle
+  with uniform noise. Its area is a uniform fraction in `area` of the image and its aspect
+  ratio log-uniform in `aspect`, clipped to the image; it lies wholly inside the image."""
+  batch, height, width = images.shape[:3]
+  apply_key, area_key, aspect_key, pos_key, noise_key = jax.random.split(key, 5)
+  fraction = jax.random.uniform(area_key, (batch, 1, 1), minval=area[0], maxval=area[1])
+  ratio = jnp.exp(jax.random.uniform(aspect_key, (batch, 1, 1), minval=jnp.log(aspect[0]),
+                                     maxval=jnp.log(aspect[1])))
+  hole_h = jnp.minimum(jnp.round(jnp.sqrt(fraction * height * width * ratio)), height)
+  hole_w = jnp.minimum(jnp.round(jnp.sqrt(fraction * height * width / ratio)), width)
+  corner = jax.random.uniform(pos_key, (2, batch, 1, 1))
+  top = jnp.floor(corner[0] * (height - hole_h + 1))
+  left = jnp.floor(corner[1] * (width - hole_w + 1))
+  y, x = _pixel_axes(height, width)
+  hole = (y >= top) & (y < top + hole_h) & (x >= left) & (x < left + hole_w)
+  hole &= jax.random.bernoulli(apply_key, prob, (batch, 1, 1))
+  noise = jax.random.uniform(noise_key, images.shape, images.dtype)
+  return jnp.where(hole[..., None], noise, images)
 
 
 def grid_mask(key, images, *, prob, ratio=0.5, period=(0.2, 0.5)):

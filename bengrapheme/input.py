@@ -23,24 +23,30 @@ class Subset:
   def __getitem__(self, i):
     return dict(self.source[int(self.indices[i])], index=np.int32(i))
 
-
-def holdout_split(source, fraction, seed):
-  """Splits `source` into (train, val) by a seeded permutation; fraction 0 -> no val."""
-  n_val = int(round(len(source) * fraction))
-  order = np.random.default_rng(seed).permutation(len(source))
-  return Subset(source, np.sort(order[n_val:])), Subset(source, np.sort(order[:n_val]))
+  @property
+  def labels(self):
+    return self.source.labels[self.indices]
 
 
 def train_dataset(source, *, batch_size, seed, process_index, process_count,
-                  num_threads=8):
+                  num_threads=8, mixed_in=None, mixed_fraction=0.0):
   """Endless, per-epoch reshuffled stream of per-process batches; `.get_state()` resumes it.
 
+  With `mixed_in` (another source of the same records), a fraction `mixed_fraction` of every
+  batch comes from it, each source shuffled and repeated on its own, so neither's epoch length
+  sets the other's (grain interleaves by the weights, deterministically).
   Every process sees a disjoint 1/process_count slice of each shuffled epoch.
   """
   if len(source) < batch_size * process_count:
     raise ValueError(f'training set of {len(source)} examples is smaller than one global '
                      f'batch ({batch_size * process_count})')
   ds = grain.MapDataset.source(source).shuffle(seed=seed).repeat()
+  if mixed_fraction:
+    if not 0 < mixed_fraction < 1 or mixed_in is None or len(mixed_in) == 0:
+      raise ValueError(f'mixed_fraction {mixed_fraction} needs a non-empty mixed_in source '
+                       'and a fraction in (0, 1)')
+    extra = grain.MapDataset.source(mixed_in).shuffle(seed=seed + 1).repeat()
+    ds = grain.MapDataset.mix([ds, extra], [1 - mixed_fraction, mixed_fraction])
   # Batch first, then deal the batches out: global batch b is the same run of examples, in
   # the same order, whatever the process count (augmentation draws by position in it).
   ds = ds.batch(batch_size, drop_remainder=True)[process_index::process_count]

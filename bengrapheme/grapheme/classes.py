@@ -190,3 +190,27 @@ def unseen_triples():
   seen = {(r, v, c) for r, v, c, _ in GRAPHEMES}
   return [(r, v, c) for r in range(kaggle.NUM_CLASSES[0]) for v in range(kaggle.NUM_CLASSES[1])
           for c in range(kaggle.NUM_CLASSES[2]) if (r, v, c) not in seen and _valid(r, v, c)]
+
+
+REAL_TRIPLES = frozenset((r, v, c) for r, v, c, _ in GRAPHEMES)
+# The 5th place's recoding: each consonant diacritic is a set of parts, so a rare class
+# (3, reph + ya-phala: 4 training graphemes) is learnt from its parts' common classes (2, 4).
+CONSONANT_PART_NAMES = ('candrabindu', 'reph', 'ya_phala', 'ra_phala')
+
+
+def _consonant_parts(parts):
+  prefix, phala, sign = parts
+  return (int(bool(sign)), int(bool(prefix)), int('য' in phala), int(phala.startswith(VIRAMA + RA)))
+
+
+# [7, 4] 0/1: which parts each of the 7 Kaggle consonant classes is made of.
+CONSONANT_PARTS = [_consonant_parts(c) for c in CONSONANTS]
+
+
+def spelling(root, vowel, consonant):
+  """The real table's spelling of a triple when it has one, else `compose`'s."""
+  return _REAL_SPELLINGS.get((root, vowel, consonant)) or compose(root, vowel, consonant)
+
+
+# The first spelling of each real triple (3 triples have two, see COMPOSE_EXCEPTIONS).
+_REAL_SPELLINGS = {(r, v, c): g for r, v, c, g in reversed(GRAPHEMES)}

@@ -1,9 +1,20 @@
 """Grapheme images for the trainer: the Kaggle folder (prepared once) or a TFDS build, split
-into train / val (a seeded hold-out of train.csv) / test, as grain sources and batches."""
+into train / val / test, with rendered graphemes mixed into training, as grain sources and
+batches.
+
+val holds the real images of the held-out graphemes (unseen.py: never trained on, never
+rendered), so model selection and the prediction rules see unseen graphemes in real
+handwriting, plus a seeded fraction config.data.val_fraction of the other images.
+"""
+import json
+
 import jax
+import numpy as np
 
 from bengrapheme import files, input as input_lib
-from bengrapheme.grapheme import prepare
+from bengrapheme.grapheme import kaggle, prepare, rendered, unseen
+
+CLASS_COUNTS = 'class_counts.json'
 
 
 def _source(config, workdir, split):
@@ -26,21 +37,59 @@ def _source(config, workdir, split):
 
 
 def source(config, workdir, split):
-  """'train' (minus the hold-out), 'val' (hold-out of train.csv) or 'test'."""
+  """'train' (minus val), 'val' (held-out graphemes + a hold-out of images) or 'test'."""
   if split == 'test':
     return _source(config, workdir, 'test')
   if split not in ('train', 'val'):
     raise ValueError(f"split {split!r}: expected 'train', 'val' or 'test'")
-  train, val = input_lib.holdout_split(_source(config, workdir, 'train'),
-                                       config.data.val_fraction, config.seed)
-  if split == 'val' and len(val) == 0:
-    raise ValueError("split 'val' is empty: set config.data.val_fraction > 0")
-  return train if split == 'train' else val
+  full = _source(config, workdir, 'train')
+  _, val_triples = unseen.held_out(config)
+  held = np.array([tuple(t) in val_triples for t in full.labels.tolist()], bool)
+  rest = np.flatnonzero(~held)
+  n_val = int(round(len(rest) * config.data.val_fraction))
+  order = np.random.default_rng(config.seed).permutation(len(rest))
+  val = np.sort(np.concatenate([np.flatnonzero(held), rest[order[:n_val]]]))
+  if split == 'val':
+    if len(val) == 0:
+      raise ValueError("split 'val' is empty: set config.data.val_fraction > 0 or "
+                       'config.unseen.val_graphemes > 0')
+    return input_lib.Subset(full, val)
+  return input_lib.Subset(full, np.sort(rest[order[n_val:]]))
 
 
 def train_data(config, workdir, local_batch):
-  """Shuffled, endless batches of this process's share of the training images."""
+  """Shuffled, endless batches of this process's share of the training stream: real images,
+  with rendered ones at config.render.fraction of every batch. Records the stream's class
+  counts in the workdir, for the prior correction at prediction."""
+  real = source(config, workdir, 'train')
+  fraction = config.render.fraction
+  mixed_in = rendered.source(config, files.prepared_dir(config, workdir)) if fraction else None
+  if jax.process_index() == 0:
+    counts = _stream_counts(real.labels, fraction, config)
+    files.write_atomic(files.join(workdir, CLASS_COUNTS), json.dumps(
+        {name: c.tolist() for name, c in zip(kaggle.COMPONENTS, counts)}))
   return input_lib.train_dataset(
-      source(config, workdir, 'train'), batch_size=local_batch, seed=config.seed,
-      process_index=jax.process_index(), process_count=jax.process_count(),
-      num_threads=config.input.num_threads)
+      real, batch_size=local_batch, seed=config.seed, process_index=jax.process_index(),
+      process_count=jax.process_count(), num_threads=config.input.num_threads,
+      mixed_in=mixed_in, mixed_fraction=fraction)
+
+
+def _stream_counts(real_labels, fraction, config):
+  """How many images of each class, per component, the training stream shows per len(real)
+  images (the mixture's expected counts)."""
+  real = [np.bincount(real_labels[:, i], minlength=n) for i, n in enumerate(kaggle.NUM_CLASSES)]
+  if not fraction:
+    return [r.astype(float) for r in real]
+  drawn = rendered.label_counts(config)
+  n = len(real_labels)
+  return [(1 - fraction) * r + fraction * n * d / d.sum() for r, d in zip(real, drawn)]
+
+
+def class_counts(workdir):
+  """The training stream's class counts (train_data wrote them): three float arrays."""
+  path = files.join(workdir, CLASS_COUNTS)
+  if not files.exists(path):
+    raise FileNotFoundError(f'{path} not found: it is written when training starts; train in '
+                            'this workdir first (or set config.predict.tau=0)')
+  counts = json.loads(files.read_text(path))
+  return [np.asarray(counts[name], np.float64) for name in kaggle.COMPONENTS]

@@ -5,37 +5,63 @@ import jax.numpy as jnp
 import numpy as np
 
 from bengrapheme import evaluation, files, metrics
-from bengrapheme.grapheme import classes, data, kaggle, report
+from bengrapheme.grapheme import classes, data, kaggle, report, unseen
 from bengrapheme.grapheme.model import preprocess
 
 # Triple of each whole-grapheme class, to turn a whole-grapheme prediction into components.
 GRAPHEME_TRIPLES = np.array([g[:3] for g in classes.GRAPHEMES], np.int32)
+# The grid the validation split tunes the prediction rule over (Evaluator, split 'val').
+TAUS = (0.0, 0.25, 0.5, 0.75, 1.0)
+NEVER = 2.0  # a seen threshold no probability reaches: the component heads always decide
+SEEN_THRESHOLDS = (0.5, 0.7, 0.8, 0.9, 0.95, 0.99, NEVER)
 
 
-def predict_components(logits, seen_threshold):
-  """Component labels [B, 3] from the heads.
+def outputs(logits):
+  """What the prediction rules read per image: each component's log-probabilities and, with a
+  whole-grapheme head, its top probability and class."""
+  out = {n: jax.nn.log_softmax(logits[n], -1) for n in kaggle.COMPONENTS}
+  if 'grapheme' in logits:
+    probs = jax.nn.softmax(logits['grapheme'], -1)
+    out.update(grapheme_prob=jnp.max(probs, -1), grapheme_id=jnp.argmax(probs, -1))
+  return out
 
-  With a whole-grapheme head (the winning Bengali.AI recipe): where it is confident that the
-  image is one of the 1,295 known graphemes, that grapheme's components are used; otherwise
-  (an unseen grapheme, most likely) the component heads decide.
+
+def decide(out, *, seen_threshold, tau, log_counts):
+  """Component labels [B, 3] from `outputs`, on device or on host.
+
+  Prior correction (10th/13th/14th places): each component takes the argmax of
+  log p - tau * log(training count), which favours rare classes as macro recall rewards.
+  Routing (1st place): where the whole-grapheme head is at least `seen_threshold` sure the
+  image is one of the 1,295 known graphemes, that grapheme's components are used instead.
   """
-  components = jnp.stack([jnp.argmax(logits[n], -1) for n in kaggle.COMPONENTS], -1)
-  if 'grapheme' not in logits:
+  components = jnp.stack([jnp.argmax(out[n] - tau * jnp.asarray(c, jnp.float32), -1)
+                          for n, c in zip(kaggle.COMPONENTS, log_counts)], -1)
+  if 'grapheme_prob' not in out:
     return components
-  probs = jax.nn.softmax(logits['grapheme'], -1)
-  seen = jnp.max(probs, -1) >= seen_threshold
-  from_grapheme = jnp.asarray(GRAPHEME_TRIPLES)[jnp.argmax(probs, -1)]
-  return jnp.where(seen[:, None], from_grapheme, components)
+  seen = out['grapheme_prob'] >= seen_threshold
+  return jnp.where(seen[:, None], jnp.asarray(GRAPHEME_TRIPLES)[out['grapheme_id']], components)
+
+
+def log_counts(config, workdir):
+  """log(1 + training count) per class of each component; zeros when tau is 0 (unused)."""
+  if not config.predict.tau and config.eval.tune_split is None:
+    return [np.zeros(n) for n in kaggle.NUM_CLASSES]
+  return [np.log1p(c) for c in data.class_counts(workdir)]
 
 
 class Evaluator:
-  """Hierarchical macro recall on one split, over all images and over seen / unseen graphemes.
+  """Hierarchical macro recall on one split, over all images and per category (unseen.py).
 
   Scores {rule: {subset: {score, grapheme_root, vowel_diacritic, consonant_diacritic}}} for
-  the rules 'heads' (the component heads alone) and, with a whole-grapheme head, 'combined'
-  (the rule predictions use); a subset with no image is left out. 'score' is the prediction
-  rule over all images. Details, for the report: per image in row order, `labels`,
-  `predictions` of that rule and `seen` (its grapheme is one of the 1,295).
+  the rules 'heads' (argmax of the component heads) and 'combined' (config.predict's rule:
+  prior correction and, with a whole-grapheme head, routing; what predictions use), over the
+  subsets all, seen, unseen and its two parts unseen_rendered / unseen_never_rendered; a
+  subset with no image is left out. 'score' is 'combined' over all images. On the split named
+  by config.eval.tune_split, 'tuned' holds the rule's best settings on the grid TAUS x
+  SEEN_THRESHOLDS by the mean score over the categories present (the split's mix of seen and
+  unseen does not decide), and that mean for the configured rule.
+  Details, for the report: per image in row order, `labels`, `predictions` of 'combined' and
+  `category` (an index into unseen.CATEGORIES).
   """
 
   def __init__(self, config, split, workdir):
@@ -45,30 +71,46 @@ class Evaluator:
     if not (len(self.source) and self.source[0]['labels'][0] >= 0):
       raise ValueError(f"split {split!r} has no labels to score (Kaggle's test.csv has none; "
                        'evaluate on val, or on synthetic data with test_labels.csv)')
-    self.rules = ('heads', 'combined') if config.model.grapheme_head else ('heads',)
+    self.log_counts = log_counts(config, workdir)
 
   def run(self, model):
     config = self.config
+    rows = evaluation.outputs_by_row(
+        model, lambda forward, batch: dict(outputs(forward(preprocess(batch['image'], config))),
+                                           labels=batch['labels']),
+        self.source, batch_size=config.eval.batch_size, keys=('image', 'labels'))
+    labels = rows['labels']
+    category = unseen.categories(config, labels)
+    subsets = {'all': np.ones(len(labels), bool), 'seen': category == 0,
+               'unseen': category > 0, 'unseen_rendered': category == 1,
+               'unseen_never_rendered': category == 2}
 
-    def predict(forward, batch):
-      logits = forward(preprocess(batch['image'], config))
-      out = {'heads': predict_components({n: logits[n] for n in kaggle.COMPONENTS}, 1.0)}
-      if 'combined' in self.rules:
-        out['combined'] = predict_components(logits, config.predict.seen_threshold)
-      return dict(out, labels=batch['labels'], seen=batch['grapheme'] >= 0)
+    def predictions(tau, seen_threshold):
+      return np.asarray(decide(rows, seen_threshold=seen_threshold, tau=tau,
+                               log_counts=self.log_counts))
 
-    rows = evaluation.outputs_by_row(model, predict, self.source,
-                                     batch_size=config.eval.batch_size,
-                                     keys=('image', 'labels', 'grapheme'))
-    labels, seen = rows['labels'], rows['seen']
-    subsets = {'all': np.ones_like(seen), 'seen': seen, 'unseen': ~seen}
-    scores = {rule: {name: metrics.hierarchical_macro_recall(labels[among], rows[rule][among])
-                     for name, among in subsets.items() if among.any()}
-              for rule in self.rules}
-    rule = self.rules[-1]
-    scores.update(score=scores[rule]['all']['score'], num_images=len(labels),
-                  num_seen=int(seen.sum()), num_unseen=int((~seen).sum()))
-    return scores, dict(rule=rule, labels=labels, predictions=rows[rule], seen=seen)
+    def score(predicted, among):
+      return metrics.hierarchical_macro_recall(labels[among], predicted[among])
+
+    predicted = {'heads': predictions(0.0, NEVER),
+                 'combined': predictions(config.predict.tau, config.predict.seen_threshold)}
+    scores = {rule: {name: score(p, among) for name, among in subsets.items() if among.any()}
+              for rule, p in predicted.items()}
+    scores.update(score=scores['combined']['all']['score'], num_images=len(labels),
+                  **{f'num_{name}': int(among.sum()) for name, among in subsets.items()
+                     if name != 'all'})
+    if self.split == config.eval.tune_split:
+      present = [subsets[name] for name in unseen.CATEGORIES if subsets[name].any()]
+
+      def balanced(p):
+        return float(np.mean([score(p, among)['score'] for among in present]))
+
+      thresholds = SEEN_THRESHOLDS if 'grapheme_prob' in rows else (NEVER,)
+      grid = {(tau, t): balanced(predictions(tau, t)) for tau in TAUS for t in thresholds}
+      (tau, threshold), best = max(grid.items(), key=lambda kv: kv[1])
+      scores['tuned'] = dict(tau=tau, seen_threshold=threshold, balanced_score=best,
+                             configured_balanced_score=balanced(predicted['combined']))
+    return scores, dict(labels=labels, predictions=predicted['combined'], category=category)
 
   def report_sections(self, scores, details):
     return report.sections(self.split, scores, details, self.source)
@@ -79,9 +121,12 @@ def predict(config, model, workdir):
   src = data.source(config, workdir, 'test')
   rows = kaggle.test_rows(config.data.dir)
 
+  counts = log_counts(config, workdir)
+
   def components(forward, batch):
-    logits = forward(preprocess(batch['image'], config))
-    return {'components': predict_components(logits, config.predict.seen_threshold)}
+    out = outputs(forward(preprocess(batch['image'], config)))
+    return {'components': decide(out, seen_threshold=config.predict.seen_threshold,
+                                 tau=config.predict.tau, log_counts=counts)}
 
   by_row = evaluation.outputs_by_row(model, components, src,
                                      batch_size=config.eval.batch_size)['components']

@@ -1,5 +1,6 @@
 """The grapheme training loss: soft-target cross-entropy of the augmented, mixed batch."""
 import jax
+import jax.numpy as jnp
 import optax
 
 from bengrapheme import augment, metrics
@@ -21,7 +22,13 @@ def loss(model, batch, key, config):
   images, targets = augment.apply(key, images, _targets(batch, whole), config.aug)
   logits = model(images, train=True)
   ce = [optax.softmax_cross_entropy(logits[name], t).mean()
-        for name, t in zip(kaggle.COMPONENTS, targets)]
+        for name, t in zip(kaggle.COMPONENTS[:2], targets)]
+  if config.model.consonant_parts:  # each part a binary target: the (mixed) 7-way target's mass
+    part_targets = targets[2] @ jnp.asarray(classes.CONSONANT_PARTS, jnp.float32)
+    ce.append(optax.sigmoid_binary_cross_entropy(logits['consonant_parts'], part_targets)
+              .sum(-1).mean())
+  else:
+    ce.append(optax.softmax_cross_entropy(logits['consonant_diacritic'], targets[2]).mean())
   # The loss weights the components as the competition score does (root 2 : 1 : 1).
   weights = metrics.COMPONENT_WEIGHTS
   total = sum(w * c for w, c in zip(weights, ce)) / sum(weights)

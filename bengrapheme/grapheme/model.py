@@ -19,7 +19,11 @@ class GraphemeModel(nnx.Module):
     self.backbone = models.backbone(config.model.name, in_channels=1, rngs=rngs,
                                     **config.model.args)
     features = self.backbone.features
-    self.heads = nnx.List([nnx.Linear(features, n, rngs=rngs) for n in kaggle.NUM_CLASSES])
+    self.consonant_parts = config.model.consonant_parts
+    # With consonant_parts the consonant diacritic is read off 4 part logits, not a 7-way head.
+    sizes = kaggle.NUM_CLASSES[:2] + (len(classes.CONSONANT_PART_NAMES) if self.consonant_parts
+                                      else kaggle.NUM_CLASSES[2],)
+    self.heads = nnx.List([nnx.Linear(features, n, rngs=rngs) for n in sizes])
     self.grapheme_head = None
     if config.model.grapheme_head:
       self.grapheme_head = nnx.data(nnx.Linear(features, classes.NUM_GRAPHEMES, rngs=rngs))
@@ -27,9 +31,23 @@ class GraphemeModel(nnx.Module):
   def __call__(self, x, train=False):
     features = self.backbone(x, train=train).astype(jnp.float32)
     logits = {name: head(features) for name, head in zip(kaggle.COMPONENTS, self.heads)}
+    if self.consonant_parts:
+      logits['consonant_parts'] = logits['consonant_diacritic']
+      logits['consonant_diacritic'] = consonant_from_parts(logits['consonant_parts'])
     if self.grapheme_head is not None:
       logits['grapheme'] = self.grapheme_head(features)
     return logits
+
+
+def consonant_from_parts(part_logits):
+  """[B, 4] independent part logits -> [B, 7] log-probabilities of the Kaggle classes.
+
+  Each class's score is the log-likelihood of its part pattern (classes.CONSONANT_PARTS),
+  renormalised over the 7 patterns that exist: a class seen in few graphemes (3: reph +
+  ya-phala) scores high whenever each of its parts does."""
+  parts = jnp.asarray(classes.CONSONANT_PARTS, jnp.float32)  # [7, 4]
+  on, off = jax.nn.log_sigmoid(part_logits), jax.nn.log_sigmoid(-part_logits)
+  return jax.nn.log_softmax(on @ parts.T + off @ (1 - parts).T, -1)
 
 
 def make_model(config, rngs):

@@ -42,9 +42,8 @@ def prepare(data_dir, split, cache_dir):
 
   def build(folder):
     data = kaggle.validate(data_dir, split)
-    _write(folder, data)
-    meta = dict(version=LAYOUT_VERSION, split=split, num_images=len(data.image_ids))
-    (folder / 'meta.json').write_text(json.dumps(meta, indent=1))
+    _write_images(folder, data)
+    write_index(folder, split, data.image_ids, data.graphemes, data.labels)
 
   return cache.build_once(cache_dir, split, kaggle.source_files(data_dir, split),
                           LAYOUT_VERSION, build, origin=data_dir)
@@ -76,6 +75,11 @@ class GraphemeSource:
     self._labels = np.load(self.path / 'labels.npy')
     self._images = None
 
+  @property
+  def labels(self):
+    """int32 [N, 3], every row's labels, read without touching the images."""
+    return self._labels
+
   def __len__(self):
     return len(self.image_ids)
 
@@ -98,7 +102,7 @@ class GraphemeSource:
     return f'GraphemeSource({str(self.path)!r}, {len(self)} images)'
 
 
-def _write(path, data):
+def _write_images(path, data):
   n = len(data.image_ids)
   images = np.lib.format.open_memmap(path / 'images.npy', mode='w+', dtype=np.uint8,
                                      shape=(n, kaggle.HEIGHT, kaggle.WIDTH))
@@ -109,7 +113,13 @@ def _write(path, data):
                     [rows[image_id] for image_id in shard.image_ids])
   images.flush()
   del images
-  np.save(path / 'labels.npy', data.labels.astype(np.int32))
-  index = json.dumps(dict(image_ids=data.image_ids, graphemes=data.graphemes),
+
+
+def write_index(path, split, image_ids, graphemes, labels):
+  """Writes labels.npy, index.json and meta.json beside a folder's images.npy."""
+  np.save(path / 'labels.npy', np.asarray(labels, np.int32))
+  index = json.dumps(dict(image_ids=list(image_ids), graphemes=list(graphemes)),
                      ensure_ascii=False)
   (path / 'index.json').write_text(index, encoding='utf-8')
+  meta = dict(version=LAYOUT_VERSION, split=split, num_images=len(image_ids))
+  (path / 'meta.json').write_text(json.dumps(meta, indent=1))

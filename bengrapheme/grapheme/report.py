@@ -10,7 +10,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from bengrapheme import metrics, report
-from bengrapheme.grapheme import classes, kaggle, synth
+from bengrapheme.grapheme import classes, kaggle, synth, unseen
 
 GLYPH_FONT = 'Noto Sans Bengali'
 GLYPH_SCALE = 0.4  # of synth.FONT_SIZE (96 px): text about 38 px high
@@ -42,14 +42,17 @@ def component_glyph(component, label):
 def sections(split, scores, details, source):
   """The report of one split: scores as the evaluator returns them (nested), details its
   per-image arrays, source the split's images (row i of the details is source[i])."""
-  rule = details['rule']
+  rule = 'combined'
   labels, predictions = details['labels'], details['predictions']
   confusion = metrics.confusion_from_labels(labels, predictions)
   return [
       report.tag('h2', f'Graphemes: split {split!r}'),
-      report.note(f'{scores["num_images"]:,} images ({scores["num_seen"]:,} of graphemes among '
-                  f'the 1,295 of training, {scores["num_unseen"]:,} of others). Prediction rule '
-                  f'{rule!r}; sections below show it over all images.'),
+      report.note(f'{scores["num_images"]:,} images: {scores["num_seen"]:,} of graphemes '
+                  f'training reads real images of, {scores["num_unseen_rendered"]:,} of unseen '
+                  'graphemes rendered into training, '
+                  f'{scores["num_unseen_never_rendered"]:,} of graphemes training never saw. '
+                  f'Prediction rule {rule!r}; sections below show it over all images.'),
+      *tuning(scores),
       *seen_vs_unseen(scores),
       *per_component_recall(scores, rule, confusion),
       *confused_pairs(confusion),
@@ -67,12 +70,24 @@ def seen_vs_unseen(scores):
       title=f'{rule}: hierarchical macro recall', y_label='macro recall', width=420)
       for rule in rules]
   return [report.tag('h3', 'Seen vs unseen graphemes'),
-          report.note("Seen: the image's grapheme is one of the 1,295 training graphemes; "
-                      "unseen: a valid combination never in training (the private "
-                      "leaderboard's hard part). 'heads': the component heads alone; "
-                      "'combined': the whole-grapheme head where it is confident."),
+          report.note("seen: training reads real images of the grapheme; unseen_rendered: "
+                      "only rendered images of it; unseen_never_rendered: neither (held-out "
+                      "combinations and validation graphemes: the private leaderboard's hard "
+                      "part). 'heads': argmax of the component heads; 'combined': the "
+                      "prediction rule (prior correction, and the whole-grapheme head where "
+                      "it is confident)."),
           report.table(['rule', 'graphemes', 'score', *SHORT.values()], rows),
           report.row(*charts)]
+
+
+def tuning(scores):
+  if 'tuned' not in scores:
+    return []
+  t = scores['tuned']
+  return [report.note(
+      f"Tuned on this split (mean score over its categories): tau {t['tau']}, seen threshold "
+      f"{t['seen_threshold']} reach {t['balanced_score']:.4f}; the configured rule "
+      f"{t['configured_balanced_score']:.4f}.")]
 
 
 def per_component_recall(scores, rule, confusion):
@@ -135,7 +150,7 @@ def misclassified(details, source):
                    _triple(y, y != p)),
         report.tag('div', 'predicted ', glyph(classes.compose(*map(int, p))), ' ',
                    _triple(p, y != p)),
-        report.tag('div', 'seen grapheme' if details['seen'][k] else 'unseen grapheme',
+        report.tag('div', unseen.CATEGORIES[details['category'][k]].replace('_', ' '),
                    class_='note'),
         class_='card'))
   return [report.tag('h3', 'Misclassified samples'),

@@ -17,6 +17,7 @@ Labels and fonts are planned from (seed, split); every image is drawn from its o
 seeded by (seed, split, index), so the output does not depend on the worker count.
 """
 import argparse
+import contextlib
 import csv
 import functools
 import multiprocessing
@@ -107,7 +108,7 @@ def _draws(font_name, text):
   return not _missing_chars(font_name) & set(text) and not (fault and fault.search(text))
 
 
-def _pick_font(rng, pool, text):
+def pick_font(rng, pool, text):
   fonts = [f for f in pool if _draws(f, text)]
   if not fonts:
     raise ValueError(f'no font in {sorted(pool)} draws {text!r} (missing glyphs or a known '
@@ -150,7 +151,7 @@ def _plan(split, num, seed, unseen_fraction):
       root, vowel, consonant = unseen[next(new)]
       grapheme = classes.compose(root, vowel, consonant)
     text = RENDER_SPELLING.get(grapheme, grapheme)
-    font = _pick_font(rng, HELD_OUT_FONTS if held_out[i] else TRAIN_FONTS, text)
+    font = pick_font(rng, HELD_OUT_FONTS if held_out[i] else TRAIN_FONTS, text)
     rows.append((f'{prefix}_{i}', root, vowel, consonant, grapheme, text, font, bool(seen[i])))
   return rows
 
@@ -250,7 +251,8 @@ def render(text, font_name, seed):
   return _ink_and_paper(ink, rng)
 
 
-def _render_job(job):
+def render_job(job):
+  """(text, font name, seed) -> render(...): a picklable job for parallel_map."""
   text, font_name, seed = job
   return render(text, font_name, seed)
 
@@ -270,7 +272,7 @@ def _write_images(out_dir, split, plan, seed, imap, progress):
   for shard, indices in enumerate(np.array_split(np.arange(len(plan)), kaggle.NUM_SHARDS)):
     jobs = [(plan[i][5], plan[i][6], [seed, code, int(i)]) for i in indices]
     images = np.zeros((len(jobs), kaggle.HEIGHT, kaggle.WIDTH), np.uint8)
-    for k, image in enumerate(imap(_render_job, jobs)):
+    for k, image in enumerate(imap(render_job, jobs)):
       images[k] = image
       progress.update()
     path = os.path.join(out_dir, kaggle.image_parquet_name(split, shard))
@@ -311,16 +313,21 @@ def write_dataset(out_dir, num_train, num_test, seed=0, workers=None, unseen_fra
     train = _plan('train', num_train, seed, unseen_fraction)
     test = _plan('test', num_test, seed, unseen_fraction)
     _write_tables(out_dir, train, test)
-    with tqdm.tqdm(total=num_train + num_test, unit='img', desc='synth') as progress:
-      if workers == 1:
-        _write_images(out_dir, 'train', train, seed, map, progress)
-        _write_images(out_dir, 'test', test, seed, map, progress)
-      else:
-        # Not fork: the caller may run threads (JAX, pyarrow) whose locks a fork would copy.
-        with multiprocessing.get_context('forkserver').Pool(workers) as pool:
-          imap = functools.partial(pool.imap, chunksize=16)
-          _write_images(out_dir, 'train', train, seed, imap, progress)
-          _write_images(out_dir, 'test', test, seed, imap, progress)
+    with tqdm.tqdm(total=num_train + num_test, unit='img', desc='synth') as progress, \
+        parallel_map(workers) as imap:
+      _write_images(out_dir, 'train', train, seed, imap, progress)
+      _write_images(out_dir, 'test', test, seed, imap, progress)
+
+
+@contextlib.contextmanager
+def parallel_map(workers):
+  """An ordered, lazy map over `workers` processes (1: this process), for render_job."""
+  if workers == 1:
+    yield map
+    return
+  # Not fork: the caller may run threads (JAX, pyarrow) whose locks a fork would copy.
+  with multiprocessing.get_context('forkserver').Pool(workers) as pool:
+    yield functools.partial(pool.imap, chunksize=16)
 
 
 def main():

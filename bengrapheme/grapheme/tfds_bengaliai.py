@@ -111,6 +111,12 @@ class TfdsGraphemeSource:
                 index=np.int32(index))
 
   @functools.cached_property
+  def labels(self):
+    """int32 [N, 3] in record order; reads every record (ArrayRecord has no column reads)."""
+    return np.array([[record[name] for name in kaggle.COMPONENTS] for record in self.records],
+                    np.int32).reshape(-1, 3)
+
+  @functools.cached_property
   def image_ids(self):
     """In record order; reads every record, so only predict (on the test split) asks."""
     return [record['image_id'].decode('utf-8') for record in self.records]

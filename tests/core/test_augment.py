@@ -20,6 +20,7 @@ affine = jax.jit(augment.affine_transform)
 random_affine = jax.jit(augment.random_affine,
                         static_argnames=('rotate_deg', 'shear_deg', 'scale', 'translate'))
 cutout = jax.jit(augment.cutout, static_argnames=('size_fraction', 'prob'))
+random_erasing = jax.jit(augment.random_erasing, static_argnames=('prob', 'area', 'aspect'))
 grid_mask = jax.jit(augment.grid_mask, static_argnames=('prob', 'ratio', 'period'))
 mix = jax.jit(augment.mix, static_argnames=('mixup_alpha', 'cutmix_alpha', 'prob'))
 BATCH = 16
@@ -32,6 +33,7 @@ def jit_apply(aug):
 # Every stage on, mixing always: the config of the jit and sharding checks.
 APPLY_AUG = augment.default_config()
 APPLY_AUG.cutout_prob = 0.5
+APPLY_AUG.erase_prob = 0.5
 APPLY_AUG.mix_prob = 1.0
 apply_step = jit_apply(APPLY_AUG)
 
@@ -49,8 +51,8 @@ def one_hot_targets(batch=BATCH):
 def test_default_config_fields():
   aug = augment.default_config()
   assert set(aug.keys()) == {'affine', 'rotate_deg', 'shear_deg', 'scale', 'translate',
-                             'cutout_prob', 'cutout_size', 'grid_mask_prob', 'mixup_alpha',
-                             'cutmix_alpha', 'mix_prob'}
+                             'cutout_prob', 'cutout_size', 'erase_prob', 'erase_area',
+                             'grid_mask_prob', 'mixup_alpha', 'cutmix_alpha', 'mix_prob'}
   assert aug.scale == (0.85, 1.15)
 
 
@@ -138,6 +140,21 @@ def test_cutout_blanks_one_rectangle():
     # The blank pixels fill their bounding box: a rectangle (clipped at the border).
     assert len(rows) == (np.ptp(rows) + 1) * (np.ptp(cols) + 1)
   assert out.dtype == np.float32 and set(np.unique(out)) == {0.0, 1.0}
+
+
+def test_random_erasing_fills_one_rectangle_inside_the_image_with_noise():
+  images = jnp.full((64, 24, 32, 1), 2.0)  # 2: a value the uniform noise in [0, 1) never takes
+  out = np.asarray(random_erasing(jax.random.key(6), images, prob=1.0, area=(0.02, 0.33)))
+  areas = []
+  for image in out[..., 0]:
+    rows, cols = np.nonzero(image != 2)
+    assert len(rows) == (np.ptp(rows) + 1) * (np.ptp(cols) + 1)  # a full rectangle
+    assert ((image[rows, cols] >= 0) & (image[rows, cols] < 1)).all()
+    areas.append(len(rows) / image.size)
+  # Area drawn uniformly in [0.02, 0.33] (aspect clipping at the border only shrinks it).
+  assert 0.01 < min(areas) and max(areas) < 0.36 and 0.1 < np.mean(areas) < 0.22
+  half = np.asarray(random_erasing(jax.random.key(6), images, prob=0.5))
+  assert 10 < (half == 2).all(axis=(1, 2, 3)).sum() < 54
 
 
 def test_grid_mask_erases_a_grid():

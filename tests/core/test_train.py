@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 
+from bengrapheme.grapheme import evaluate
 from conftest import run_module
 
 CONFIG = 'configs/grapheme.py:test'
@@ -45,6 +46,13 @@ def test_evaluate_and_predict(grapheme_data, grapheme_evaluated):
   # The synthetic test split holds both seen and unseen graphemes: both are scored.
   assert report['test']['num_unseen'] > 0 and report['test']['num_seen'] > 0
   assert 'combined/unseen/score' in report['test']
+  for category in ('seen', 'unseen_rendered', 'unseen_never_rendered'):
+    assert report['test'][f'num_{category}'] > 0
+    assert 0 <= report['test'][f'combined/{category}/score'] <= 1
+  # val (held-out graphemes) tunes the prediction rule on its grid.
+  assert report['val']['tuned/tau'] in evaluate.TAUS
+  assert report['val']['tuned/seen_threshold'] in evaluate.SEEN_THRESHOLDS
+  assert 'tuned/tau' not in report['test']
 
   run_module('launch.predict', f'--config={CONFIG}', '--data', grapheme_data,
              '--workdir', workdir)

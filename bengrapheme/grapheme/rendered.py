@@ -1,0 +1,86 @@
+"""Rendered graphemes mixed into training: the 1st and 7th places' answer to unseen graphemes.
+
+Real training data shows 1,295 of the ~11,000 valid root + vowel + consonant combinations, so
+component heads learn their co-occurrences (91 % of the unseen triples carry a consonant
+diacritic; class 3 occurs in 4 training graphemes). Here `config.render.images` images are drawn
+over the whole render pool (unseen.render_pool: every valid triple minus the held-out ones),
+evenly over components: a root uniformly, then a vowel uniformly among those valid with it,
+then a consonant diacritic likewise. Each is drawn by the synthetic generator's renderer
+(bengrapheme/grapheme/synth.py: a training font, handwriting-like warps), ahead of training,
+into a bengrapheme/cache.py entry in the prepared layout (prepare.py), so grain reads it as it
+reads real images. The trainer mixes it in at config.render.fraction of every batch (data.py).
+
+Drawing costs ~7.5 ms per image per core (16,000 images: ~60 s on 2 cores), once per
+(settings, fonts); the cache key holds the settings and the font files.
+"""
+import collections
+import os
+
+import numpy as np
+import tqdm
+
+from bengrapheme import cache
+from bengrapheme.grapheme import classes, kaggle, prepare, synth, unseen
+
+RENDER_CODE = 2  # the generator seed's split code: synth uses 0 (train) and 1 (test)
+PLAN_VERSION = 1
+
+
+def plan(config):
+  """Rows (root, vowel, consonant, grapheme, text to draw, font) of the rendered images."""
+  by_root = collections.defaultdict(lambda: collections.defaultdict(list))
+  for r, v, c in unseen.render_pool(config):
+    by_root[r][v].append(c)
+  roots = sorted(by_root)
+  rng = np.random.default_rng([config.unseen.seed, RENDER_CODE])
+  rows = []
+  for _ in range(config.render.images):
+    root = roots[rng.integers(len(roots))]
+    vowels = sorted(by_root[root])
+    vowel = vowels[rng.integers(len(vowels))]
+    consonants = by_root[root][vowel]
+    consonant = consonants[rng.integers(len(consonants))]
+    grapheme = classes.spelling(root, vowel, consonant)
+    text = synth.RENDER_SPELLING.get(grapheme, grapheme)
+    rows.append((root, vowel, consonant, grapheme, text,
+                 synth.pick_font(rng, synth.TRAIN_FONTS, text)))
+  return rows
+
+
+def label_counts(config):
+  """int [3][K_i]: how often each class of each component occurs among the rendered images."""
+  labels = np.array([row[:3] for row in plan(config)], np.int64).reshape(-1, 3)
+  return [np.bincount(labels[:, i], minlength=n) for i, n in enumerate(kaggle.NUM_CLASSES)]
+
+
+def source(config, cache_dir):
+  """The rendered images as a prepare.GraphemeSource, drawn first if not cached."""
+  if config.render.images < 1:
+    raise ValueError(f'config.render.fraction={config.render.fraction} needs '
+                     f'config.render.images >= 1, got {config.render.images}')
+
+  def build(folder):
+    rows = plan(config)
+    images = np.lib.format.open_memmap(folder / 'images.npy', mode='w+', dtype=np.uint8,
+                                       shape=(len(rows), kaggle.HEIGHT, kaggle.WIDTH))
+    jobs = [(text, font, [config.unseen.seed, RENDER_CODE, i])
+            for i, (*_, text, font) in enumerate(rows)]
+    workers = config.render.workers or len(os.sched_getaffinity(0))
+    with synth.parallel_map(workers) as imap:
+      for i, image in enumerate(tqdm.tqdm(imap(synth.render_job, jobs), total=len(jobs),
+                                          desc='rendering graphemes', unit='img')):
+        images[i] = image
+    images.flush()
+    del images
+    prepare.write_index(folder, 'rendered', [f'Rendered_{i}' for i in range(len(rows))],
+                        [row[3] for row in rows], [row[:3] for row in rows])
+
+  fonts = [os.path.join(synth.FONT_DIR, path) for path in synth.TRAIN_FONTS.values()]
+  for font in fonts:
+    if not os.path.exists(font):
+      raise FileNotFoundError(f'config.render needs the font {font} (Debian packages fonts-beng '
+                              'fonts-beng-extra fonts-noto-core), or set config.render.fraction=0')
+  params = dict(version=PLAN_VERSION, layout=prepare.LAYOUT_VERSION, images=config.render.images,
+                unseen=config.unseen.to_dict())
+  entry = cache.build_once(cache_dir, 'rendered', fonts, params, build, origin='rendered')
+  return prepare.GraphemeSource(entry)
