@@ -21,8 +21,8 @@ def get_config(arg='demo'):
   c = train.default_config()  # the trainer's fields; what follows is this task's
   c.task = 'bengrapheme.grapheme.task'
   # data.dir: the Kaggle folder; format='tfds' reads bengrapheme/grapheme/tfds_bengaliai.py's
-  # build in tfds_dir instead. val_fraction: a seeded hold-out of train.csv.
-  # val: the held-out graphemes' images plus this fraction of the others' (grapheme/data.py).
+  # build in tfds_dir instead. The val split: the held-out graphemes' images plus a seeded
+  # val_fraction of the other train.csv images (grapheme/data.py).
   c.data.update(format='kaggle', val_fraction=0.02)
   # Held out of everything training reads (grapheme/unseen.py), seeded apart from c.seed.
   c.unseen = dict(never_rendered=0.5, val_graphemes=0.05, seed=0)
@@ -37,11 +37,14 @@ def get_config(arg='demo'):
       grapheme_head=True,  # the 1,295-way whole-grapheme head (seen vs unseen graphemes)
       grapheme_loss_weight=0.5,
       consonant_parts=True)  # the consonant diacritic from 4 part heads (grapheme/model.py)
-  c.aug.mix_prob = 0.2  # CutMix on a fifth of the batches: a short schedule needs clean ones
-  c.train.update(steps=1000, batch_size=128, lr=2e-3, warmup_steps=100, log_every=50,
+  # No augmentation on the CPU schedule: at 1,000 steps dropping GridMask + CutMix took the
+  # synthetic test from 0.692 to 0.788 and dropping the affine jitter to 0.832 (README). The
+  # data's own warps and the rendered graphemes are variety enough for a short run.
+  c.aug.update(affine=False, grid_mask_prob=0.0, mix_prob=0.0)
+  c.train.update(steps=2000, batch_size=128, lr=2e-3, warmup_steps=100, log_every=50,
                  checkpoint_every=250)
   # tune_split: the split whose scores include the prediction rule's best settings.
-  c.eval.update(every=500, splits=('val', 'test'), batch_size=256, tune_split='val')
+  c.eval.update(every=1000, splits=('val', 'test'), batch_size=256, tune_split='val')
   # A whole-grapheme prediction at least this confident overrides the component heads;
   # tau: prior correction, argmax of log p - tau * log(training count).
   c.predict = dict(seen_threshold=0.9, tau=0.0)
@@ -51,7 +54,8 @@ def get_config(arg='demo'):
     c.data.val_fraction = 0.05
     c.input.size = (137, 236)
     c.model.args = dict(depth=34, width=64, stem='imagenet', dtype='bfloat16')
-    c.aug.update(mixup_alpha=0.4, mix_prob=0.5)
+    # ~60 epochs is where the winners' augmentation pays: affine, GridMask, MixUp/CutMix.
+    c.aug.update(affine=True, grid_mask_prob=0.3, mixup_alpha=0.4, mix_prob=0.5)
     c.train.update(steps=45000, batch_size=256, lr=1e-3, warmup_steps=1000,
                    ema_decay=0.999, log_every=100, checkpoint_every=1000)
     c.eval.update(every=2500, splits=('val',), batch_size=512)
@@ -65,6 +69,7 @@ def get_config(arg='demo'):
                    keep_checkpoints=10)
     c.eval.update(every=0, batch_size=16)
     c.render.update(images=48, workers=1)
+    c.aug.update(affine=True, erase_prob=0.5, grid_mask_prob=0.3, mix_prob=0.5)  # all run
     c.unseen.val_graphemes = 0.01
 
   c.lock()  # a mistyped override key is an error, before any work starts
