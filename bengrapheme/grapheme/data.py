@@ -61,8 +61,11 @@ def train_data(config, workdir, local_batch):
   """Shuffled, endless batches of this process's share of the training stream: real images,
   with rendered ones at config.render.fraction of every batch. Records the stream's class
   counts in the workdir, for the prior correction at prediction."""
-  real = source(config, workdir, 'train')
   fraction = config.render.fraction
+  if not 0 <= fraction < 1:
+    raise ValueError(f'config.render.fraction must be in [0, 1) (the share of each batch '
+                     f'that is rendered), got {fraction}')
+  real = source(config, workdir, 'train')
   mixed_in = rendered.source(config, files.prepared_dir(config, workdir)) if fraction else None
   if jax.process_index() == 0:
     counts = _stream_counts(real.labels, fraction, config)

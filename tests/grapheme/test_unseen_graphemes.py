@@ -146,3 +146,12 @@ def test_kaggle_config_mixes_rendered_graphemes():
   config = grapheme_config.get_config('kaggle')
   assert 0 < config.render.fraction < 1 and config.render.images >= 100000
   assert config.model.consonant_parts and config.eval.tune_split == 'val'
+
+
+@pytest.mark.parametrize('render, message', [
+    (dict(fraction=1.0), r'config.render.fraction must be in \[0, 1\)'),
+    (dict(fraction=0.5, images=0), 'needs config.render.images >= 1'),
+])
+def test_bad_render_settings_are_named(grapheme_data, tmp_path, render, message):
+  with pytest.raises(ValueError, match=message):
+    data.train_data(config_for(grapheme_data, **render), str(tmp_path / 'w'), local_batch=16)
