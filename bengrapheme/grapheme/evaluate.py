@@ -42,9 +42,10 @@ def decide(out, *, seen_threshold, tau, log_counts):
   return jnp.where(seen[:, None], jnp.asarray(GRAPHEME_TRIPLES)[out['grapheme_id']], components)
 
 
-def log_counts(config, workdir):
-  """log(1 + training count) per class of each component; zeros when tau is 0 (unused)."""
-  if not config.predict.tau and config.eval.tune_split is None:
+def log_counts(workdir, needed):
+  """log(1 + training count) per class of each component; zeros when not `needed` (tau 0 and
+  no tuning), so a workdir without class_counts.json still evaluates."""
+  if not needed:
     return [np.zeros(n) for n in kaggle.NUM_CLASSES]
   return [np.log1p(c) for c in data.class_counts(workdir)]
 
@@ -71,7 +72,7 @@ class Evaluator:
     if not (len(self.source) and self.source[0]['labels'][0] >= 0):
       raise ValueError(f"split {split!r} has no labels to score (Kaggle's test.csv has none; "
                        'evaluate on val, or on synthetic data with test_labels.csv)')
-    self.log_counts = log_counts(config, workdir)
+    self.log_counts = log_counts(workdir, config.predict.tau or split == config.eval.tune_split)
 
   def run(self, model):
     config = self.config
@@ -121,7 +122,7 @@ def predict(config, model, workdir):
   src = data.source(config, workdir, 'test')
   rows = kaggle.test_rows(config.data.dir)
 
-  counts = log_counts(config, workdir)
+  counts = log_counts(workdir, config.predict.tau)
 
   def components(forward, batch):
     out = outputs(forward(preprocess(batch['image'], config)))
