@@ -44,7 +44,7 @@ def source(config, workdir, split):
     raise ValueError(f"split {split!r}: expected 'train', 'val' or 'test'")
   full = _source(config, workdir, 'train')
   _, val_triples = unseen.held_out(config)
-  held = np.array([tuple(t) in val_triples for t in full.labels.tolist()], bool)
+  held = unseen.contains(val_triples, full.labels)
   rest = np.flatnonzero(~held)
   n_val = int(round(len(rest) * config.data.val_fraction))
   order = np.random.default_rng(config.seed).permutation(len(rest))
@@ -68,7 +68,7 @@ def train_data(config, workdir, local_batch):
   real = source(config, workdir, 'train')
   mixed_in = rendered.source(config, files.prepared_dir(config, workdir)) if fraction else None
   if jax.process_index() == 0:
-    counts = _stream_counts(real.labels, fraction, config)
+    counts = _stream_counts(real.labels, mixed_in.labels if fraction else None, fraction)
     files.write_atomic(files.join(workdir, CLASS_COUNTS), json.dumps(
         {name: c.tolist() for name, c in zip(kaggle.COMPONENTS, counts)}))
   return input_lib.train_dataset(
@@ -77,15 +77,17 @@ def train_data(config, workdir, local_batch):
       mixed_in=mixed_in, mixed_fraction=fraction)
 
 
-def _stream_counts(real_labels, fraction, config):
+def _stream_counts(real_labels, rendered_labels, fraction):
   """How many images of each class, per component, the training stream shows per len(real)
   images (the mixture's expected counts)."""
-  real = [np.bincount(real_labels[:, i], minlength=n) for i, n in enumerate(kaggle.NUM_CLASSES)]
+  def counts(labels):
+    return [np.bincount(labels[:, i], minlength=n) for i, n in enumerate(kaggle.NUM_CLASSES)]
+  real = counts(real_labels)
   if not fraction:
     return [r.astype(float) for r in real]
-  drawn = rendered.label_counts(config)
   n = len(real_labels)
-  return [(1 - fraction) * r + fraction * n * d / d.sum() for r, d in zip(real, drawn)]
+  return [(1 - fraction) * r + fraction * n * d / d.sum()
+          for r, d in zip(real, counts(rendered_labels))]
 
 
 def class_counts(workdir):

@@ -47,12 +47,6 @@ def plan(config):
   return rows
 
 
-def label_counts(config):
-  """int [3][K_i]: how often each class of each component occurs among the rendered images."""
-  labels = np.array([row[:3] for row in plan(config)], np.int64).reshape(-1, 3)
-  return [np.bincount(labels[:, i], minlength=n) for i, n in enumerate(kaggle.NUM_CLASSES)]
-
-
 def source(config, cache_dir):
   """The rendered images as a prepare.GraphemeSource, drawn first if not cached."""
   if config.render.images < 1:

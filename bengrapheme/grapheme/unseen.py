@@ -52,12 +52,20 @@ def render_pool(config):
   return sorted(pool)
 
 
+def contains(triples, labels):
+  """bool [N]: whether each label triple (labels int [N, 3]) is among `triples`."""
+  return np.isin(_keys(labels), _keys(sorted(triples)))
+
+
+def _keys(labels):
+  """One integer per (root, vowel, consonant) triple, so membership is one np.isin."""
+  labels = np.asarray(labels, np.int64).reshape(-1, 3)
+  return (labels[:, 0] * 16 + labels[:, 1]) * 16 + labels[:, 2]
+
+
 def categories(config, labels):
   """The category index (into CATEGORIES) of each label triple, labels int [N, 3]."""
   never, val = held_out(config)
-  seen = classes.REAL_TRIPLES - val
-  rendered = frozenset(classes.unseen_triples()) - never
-  out = np.full(len(labels), 2, np.int32)
-  for i, triple in enumerate(map(tuple, np.asarray(labels).tolist())):
-    out[i] = 0 if triple in seen else 1 if triple in rendered else 2
-  return out
+  seen = contains(classes.REAL_TRIPLES - val, labels)
+  rendered = contains(frozenset(classes.unseen_triples()) - never, labels)
+  return np.where(seen, 0, np.where(rendered, 1, 2)).astype(np.int32)
