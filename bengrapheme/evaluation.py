@@ -4,7 +4,8 @@ The trainer (or launch.evaluate / launch.predict) restores a checkpoint into a `
 a pure `apply(variables, images)` in eval mode, the variables (EMA parameters when kept) and
 the mesh. A task module offers
 
-  evaluator(config, split, workdir) -> an object with
+  evaluator(config, split, workdir) -> an object with (or raises `Unlabelled` when the split
+                                    has nothing to score, as Kaggle's test set)
     run(model)                     -> (scores, details): scores a nested dict of floats with
                                       the headline under 'score'; details whatever its report
                                       draws (per-example arrays, embeddings, ...)
@@ -22,6 +23,11 @@ import jax
 import numpy as np
 
 from bengrapheme import input as input_lib, parallel
+
+
+class Unlabelled(ValueError):
+  """A split has no labels to score (Kaggle's test.csv has none): the trainer and
+  launch.evaluate skip it, saying why, and score the others."""
 
 
 class TrainedModel(NamedTuple):

@@ -197,6 +197,9 @@ def train(config, workdir):
   save_config(config, workdir)  # only now: a refused checkpoint keeps its own config.json
   start = int(jax.device_get(state['step']))
 
+  # Made before the first step, so a config with no split to score fails at once.
+  in_training_evaluators = (evaluators(config, task, workdir, print) if config.eval.every
+                            else {})
   logger = logs.MetricLogger(workdir, resume_step=start)
   progress = tqdm.tqdm(total=config.train.steps, initial=start, unit='step',
                        disable=jax.process_index() != 0, dynamic_ncols=True)
@@ -236,8 +239,8 @@ def train(config, workdir):
 
     if config.eval.every and (step % config.eval.every == 0 or step == config.train.steps):
       model = evaluation.TrainedModel(apply_fn(graphdef), eval_variables(state), mesh, step)
-      for split in config.eval.splits:
-        scores, _ = task.evaluator(config, split, workdir).run(model)
+      for split, evaluator in in_training_evaluators.items():
+        scores, _ = evaluator.run(model)
         logger.write(step, evaluation.flatten({split: scores}))
         progress.write(f'step {step} {split}: score {scores["score"]:.4f}')
 
@@ -280,17 +283,37 @@ def trained_model(config, workdir):
                                        step)
 
 
+def evaluators(config, task, workdir, say, skipped=None):
+  """{split: evaluator} for config.eval.splits, leaving out (with a line through `say`, and
+  the reason in `skipped`) those with no labels, as Kaggle's test split; at least one stays."""
+  found = {}
+  for split in config.eval.splits:
+    try:
+      found[split] = task.evaluator(config, split, workdir)
+    except evaluation.Unlabelled as e:
+      if jax.process_index() == 0:
+        say(f'Skipping {e}')
+      if skipped is not None:
+        skipped[split] = str(e)
+  if not found:
+    raise ValueError(f'config.eval.splits={tuple(config.eval.splits)}: no split has labels to '
+                     'score; add one that does (e.g. val)')
+  return found
+
+
 def evaluate(config, workdir):
   """Scores every split in config.eval.splits; writes workdir/eval/metrics.json and the page
   people look at, workdir/eval/report.html. Returns what metrics.json holds: the step, and
   each split's scores with flat 'a/b/c' keys."""
   task, model = trained_model(config, workdir)
   metrics, sections = {'step': model.step}, []
-  for split in config.eval.splits:
-    evaluator = task.evaluator(config, split, workdir)
+  skipped = {}
+  for split, evaluator in evaluators(config, task, workdir, print, skipped).items():
     scores, details = evaluator.run(model)
     metrics[split] = evaluation.flatten(scores)
     sections += evaluator.report_sections(scores, details)
+  if skipped:
+    metrics['skipped'] = skipped
   if jax.process_index() == 0:
     files.write_atomic(files.join(workdir, 'eval', 'metrics.json'),
                        json.dumps(metrics, indent=2, sort_keys=True))

@@ -68,10 +68,11 @@ class Evaluator:
   def __init__(self, config, split, workdir):
     self.config, self.split = config, split
     self.source = data.source(config, workdir, split)
-    # Kaggle's test split has no labels (-1 everywhere): checked on the first row.
-    if not (len(self.source) and self.source[0]['labels'][0] >= 0):
-      raise ValueError(f"split {split!r} has no labels to score (Kaggle's test.csv has none; "
-                       'evaluate on val, or on synthetic data with test_labels.csv)')
+    # Kaggle's test split has no labels (-1 everywhere).
+    if not (self.source.labels >= 0).all():
+      raise evaluation.Unlabelled(
+          f"split {split!r} has no labels to score (Kaggle's test.csv has none; the synthetic "
+          'data writes test_labels.csv)')
     self.log_counts = log_counts(workdir, config.predict.tau or split == config.eval.tune_split)
 
   def run(self, model):
