@@ -146,10 +146,16 @@ class ImageParquet:
       raise DataError(f'{path}: {schema.names.count("image_id")} columns "image_id"; expected '
                       f"one, plus pixel columns '0'..'{NUM_PIXELS - 1}'")
     image_id_type = schema.field('image_id').type
-    if not (pa.types.is_string(image_id_type) or pa.types.is_large_string(image_id_type)
-            or pa.types.is_string_view(image_id_type)):
+    # pandas writes a Categorical column as dictionary<string>: its values are the ids.
+    value_type = (image_id_type.value_type if pa.types.is_dictionary(image_id_type)
+                  else image_id_type)
+    if not (pa.types.is_string(value_type) or pa.types.is_large_string(value_type)
+            or pa.types.is_string_view(value_type)):
       raise DataError(f'{path}: column "image_id" is {image_id_type}; expected strings')
     image_ids = self._file.read(columns=['image_id']).column('image_id')
+    if pa.types.is_dictionary(image_ids.type):
+      # Decoded, a null is a null whether its index or its dictionary value is missing.
+      image_ids = image_ids.cast(image_ids.type.value_type)
     if image_ids.null_count:
       row = image_ids.is_null().to_pylist().index(True)
       raise DataError(f'{path}: row {row}: image_id is missing')
@@ -160,39 +166,49 @@ class ImageParquet:
     _check_pixel_columns(path, schema,
                          [n for n in names if n != 'image_id' and n not in index_columns])
 
-  def read_rows(self, out, rows):
-    """Reads the pixels of the file's k-th image into out[rows[k]].
+  def read_rows(self, out, rows, begin=0, end=None):
+    """Reads the pixels of the file's images begin..end-1 (default: all) into out: the k-th
+    of them into out[rows[k]].
 
-    out: a [N, 32332] uint8 array (an np.memmap works, so a whole split never has to fit in
+    out: a [M, 32332] uint8 array (an np.memmap works, so a whole split never has to fit in
     memory). Columns are decoded a block at a time into a column-major buffer (contiguous
     copies) and transposed into the rows: writing one column at a time into row-major memory
-    would miss the cache on every byte. Decoding the parquet pages is most of the time.
+    would miss the cache on every byte. Decoding the parquet pages is most of the time, and a
+    page holds a column of a whole row group: reading part of a one-row-group file (as the
+    real ones are) decodes all of it.
     """
     rows = np.asarray(rows, np.intp)
+    end = len(self.image_ids) if end is None else end
     start = 0
     for group in range(self._file.num_row_groups):
       num_rows = self._file.metadata.row_group(group).num_rows
-      if not num_rows:
-        continue
-      dest = rows[start:start + num_rows]
-      step = min(NUM_PIXELS, max(1024, BLOCK_BYTES // num_rows))
-      for begin in range(0, NUM_PIXELS, step):
-        names = PIXEL_COLUMNS[begin:begin + step]
-        # Decoding threads cost more than they save on a few rows.
-        table = self._file.read_row_group(group, columns=names, use_threads=num_rows >= 1024)
-        block = np.empty((len(names), num_rows), np.uint8)
-        for j, column in enumerate(table.columns):
-          if column.null_count:
-            row = start + column.is_null().to_pylist().index(True)
-            raise DataError(f'{self.path}: row {row}: pixel column {names[j]!r} is missing; '
-                            'expected uint8 values')
-          block[j] = column.to_numpy()
-        # Transposing 1,024 columns at a time keeps both sides in cache: ~4x faster than
-        # the whole block at once.
-        for sub in range(0, len(names), 1024):
-          end = min(sub + 1024, len(names))
-          out[dest, begin + sub:begin + end] = block[sub:end].T
+      lo, hi = max(begin, start), min(end, start + num_rows)
+      if lo < hi:
+        self._read_group(out, rows[lo - begin:hi - begin], group, num_rows, lo - start,
+                         hi - start, start)
       start += num_rows
+
+  def _read_group(self, out, dest, group, num_rows, lo, hi, first_row):
+    """Rows lo..hi-1 of row group `group` (file rows from first_row) into out[dest]."""
+    step = min(NUM_PIXELS, max(1024, BLOCK_BYTES // num_rows))
+    for begin in range(0, NUM_PIXELS, step):
+      names = PIXEL_COLUMNS[begin:begin + step]
+      # Decoding threads cost more than they save on a few rows.
+      table = self._file.read_row_group(group, columns=names, use_threads=num_rows >= 1024)
+      block = np.empty((len(names), hi - lo), np.uint8)
+      for j, column in enumerate(table.columns):
+        column = column.slice(lo, hi - lo)
+        if column.null_count:
+          row = first_row + lo + column.is_null().to_pylist().index(True)
+          raise DataError(f'{self.path}: row {row}: pixel column {names[j]!r} is missing; '
+                          'expected uint8 values')
+        block[j] = column.to_numpy()
+      del table
+      # Transposing 1,024 columns at a time keeps both sides in cache: ~4x faster than
+      # the whole block at once.
+      for sub in range(0, len(names), 1024):
+        stop = min(sub + 1024, len(names))
+        out[dest, begin + sub:begin + stop] = block[sub:stop].T
 
 
 def _check_split(split):

@@ -15,6 +15,7 @@ import types
 
 import grain
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -241,6 +242,185 @@ def test_pandas_index_columns_tolerated(wide, tmp_path):
   out = np.zeros((2, kaggle.NUM_PIXELS), np.uint8)
   image_file.read_rows(out, [1, 0])
   np.testing.assert_array_equal(out, flat[::-1])
+
+
+# --- Files from older and other parquet writers ---------------------------------------------
+# The Kaggle files were written by pyarrow 0.10 via pandas. Each variant below is one train
+# shard of an 11-image split: each file is read back on its own, and together they are the
+# data dir of one `prepare`. Table.from_pandas alone takes ~2.5 s on 32,332 columns, so each
+# variant combines several features and is written once per module.
+
+OLD_IDS = [f'Old_{i}' for i in range(11)]
+OLD_CSV_ORDER = [5, 9, 0, 3, 7, 10, 1, 8, 2, 6, 4]
+# Read with column blocks of 1,500 (2-row groups), 1,024 (3 rows: the floor) or 3,000 columns
+# (1 row): block ends, the 1,024-column transposes and row groups all fall out of step.
+OLD_BLOCK_BYTES = 3000
+
+
+def write_pyarrow_010(old, path):
+  # A named, non-range index (rows picked from a bigger frame) becomes a last column 'row'.
+  table = pa.Table.from_pandas(old.frame.iloc[[7, 2]].rename_axis('row'), preserve_index=True)
+  # pyarrow 0.10's defaults: format 1.0, dictionary pages, data page v1, snappy. It stored the
+  # pandas metadata but not the Arrow schema ('ARROW:schema' came in 0.15, apache/arrow#5077),
+  # so types come from the parquet annotations alone. store_schema=False alone would drop the
+  # pandas metadata too (apache/arrow#41766).
+  with pq.ParquetWriter(path, table.schema, version='1.0', use_dictionary=True,
+                        data_page_version='1.0', compression='snappy',
+                        store_schema=False) as writer:
+    writer.add_key_value_metadata({'pandas': table.schema.metadata[b'pandas']})
+    writer.write_table(table)
+
+
+def write_pandas_filtered(old, path):
+  frame = old.frame.iloc[[1, 4, 6]].copy()  # a filtered frame keeps its index 1, 4, 6
+  frame['image_id'] = pd.Categorical(frame['image_id'])
+  # As DataFrame.to_parquet: a non-range index is a column '__index_level_0__'; today's
+  # defaults (format 2.6, dictionary pages, snappy); row groups of 2 and 1 rows.
+  pq.write_table(pa.Table.from_pandas(frame), path, row_group_size=2)
+
+
+def write_pandas_range(old, path):
+  frame = old.frame.iloc[[9, 0]].reset_index(drop=True)
+  frame['image_id'] = frame['image_id'].astype(pd.ArrowDtype(pa.large_string()))
+  # A RangeIndex is stored as metadata only.
+  pq.write_table(pa.Table.from_pandas(frame), path, flavor='spark', use_dictionary=False,
+                 data_page_version='2.0', compression='none', write_statistics=False)
+
+
+def write_pyarrow_plain(old, path):
+  numbers = [3, 5, 8, 10]
+  flat = old.flat[numbers]
+  # A column 'index' first, as df.reset_index() makes it, and no pandas metadata.
+  columns = [pa.array(numbers), pa.array([OLD_IDS[i] for i in numbers],
+                                         pa.dictionary(pa.int32(), pa.string()))]
+  columns += [pa.array(flat[:, i]) for i in range(kaggle.NUM_PIXELS)]
+  table = pa.Table.from_arrays(columns, names=['index', 'image_id'] + kaggle.PIXEL_COLUMNS)
+  pq.write_table(table, path, version='1.0', data_page_version='2.0', compression='snappy',
+                 row_group_size=3, **FAST_WRITE)
+
+
+# name: (writer, image numbers, what the file holds: image_id type, extra columns, pandas
+# index_columns (None: no pandas metadata), stored Arrow schema, format version, row group
+# sizes, pixel compression, dictionary-encoded pixels).
+OLD_VARIANTS = {
+    'pyarrow 0.10 via pandas': (write_pyarrow_010, [7, 2], dict(
+        image_id='string', extra=['row'], index_columns=['row'], arrow_schema=False,
+        version='1.0', row_groups=[2], compression='SNAPPY', dictionary=True)),
+    'pandas filtered categorical': (write_pandas_filtered, [1, 4, 6], dict(
+        image_id='dictionary', extra=['__index_level_0__'], index_columns=['__index_level_0__'],
+        arrow_schema=True, version='2.6', row_groups=[2, 1], compression='SNAPPY',
+        dictionary=True)),
+    'pandas range index spark': (write_pandas_range, [9, 0], dict(
+        image_id='large_string', extra=[], index_columns=['range'], arrow_schema=True,
+        version='2.6', row_groups=[2], compression='UNCOMPRESSED', dictionary=False)),
+    'pyarrow dictionary ids v1': (write_pyarrow_plain, [3, 5, 8, 10], dict(
+        image_id='dictionary', extra=['index'], index_columns=None, arrow_schema=True,
+        version='1.0', row_groups=[3, 1], compression='SNAPPY', dictionary=False)),
+}
+
+
+@pytest.fixture(scope='module')
+def old(tmp_path_factory):
+  """The older-writer variants' images; `old.path(name)` writes a variant's file once."""
+  rng = np.random.default_rng(1)
+  d = types.SimpleNamespace()
+  d.flat = rng.integers(0, 256, (len(OLD_IDS), kaggle.NUM_PIXELS), np.uint8)
+  d.labels = np.stack([rng.integers(0, n, len(OLD_IDS)) for n in kaggle.NUM_CLASSES], 1)
+  d.frame = pd.DataFrame(d.flat, columns=kaggle.PIXEL_COLUMNS)
+  d.frame.insert(0, 'image_id', OLD_IDS)
+  d.train_csv = csv_text(kaggle.LABEL_COLUMNS, [[OLD_IDS[i], *d.labels[i], f'g{i}']
+                                                for i in OLD_CSV_ORDER])
+  folder = tmp_path_factory.mktemp('old')
+  written = {}
+
+  def path(name):
+    if name not in written:
+      written[name] = folder / f'{name.replace(" ", "_")}.parquet'
+      OLD_VARIANTS[name][0](d, written[name])
+    return written[name]
+
+  d.path = path
+  return d
+
+
+IMAGE_ID_KINDS = {'string': pa.types.is_string, 'large_string': pa.types.is_large_string,
+                  'dictionary': lambda t: pa.types.is_dictionary(t)
+                  and pa.types.is_string(t.value_type)}
+
+
+@pytest.mark.parametrize('name', list(OLD_VARIANTS))
+def test_older_writer_file_read_back(old, name, monkeypatch):
+  _, numbers, expect = OLD_VARIANTS[name]
+  image_file = kaggle.ImageParquet(old.path(name))
+  # The file is the variant it claims to be.
+  meta, schema = image_file._file.metadata, image_file._file.schema_arrow
+  assert IMAGE_ID_KINDS[expect['image_id']](schema.field('image_id').type)
+  known = {'image_id', *kaggle.PIXEL_COLUMNS}
+  assert [n for n in schema.names if n not in known] == expect['extra']
+  pandas_index = schema.pandas_metadata and [c if isinstance(c, str) else c['kind']
+                                             for c in schema.pandas_metadata['index_columns']]
+  assert pandas_index == expect['index_columns']
+  assert (b'ARROW:schema' in (meta.metadata or {})) == expect['arrow_schema']
+  assert meta.format_version == expect['version']
+  assert [meta.row_group(g).num_rows for g in range(meta.num_row_groups)] == expect['row_groups']
+  pixel = schema.get_field_index('0')
+  chunk = meta.row_group(0).column(pixel)
+  assert chunk.compression == expect['compression']
+  assert any('DICTIONARY' in e for e in chunk.encodings) == expect['dictionary']
+  # Pixels as pandas writes uint8: parquet INT32 annotated UINT_8, read back as uint8.
+  column = meta.schema.column(pixel)
+  assert (column.physical_type, column.converted_type) == ('INT32', 'UINT_8')
+  assert set(schema.types[pixel:pixel + kaggle.NUM_PIXELS]) == {pa.uint8()}
+
+  assert image_file.image_ids == [OLD_IDS[i] for i in numbers]
+  assert {type(i) for i in image_file.image_ids} == {str}
+  monkeypatch.setattr(kaggle, 'BLOCK_BYTES', OLD_BLOCK_BYTES)
+  out = np.zeros((len(numbers) + 1, kaggle.NUM_PIXELS), np.uint8)
+  rows = np.arange(len(numbers), 0, -1)  # reversed, and out[0] is left alone
+  image_file.read_rows(out, rows)
+  np.testing.assert_array_equal(out[rows], old.flat[numbers])
+  assert not out[0].any()
+
+
+def test_older_writer_files_prepare_round_trip(old, tmp_path):
+  root = tmp_path / 'data'
+  root.mkdir()
+  for shard, name in enumerate(OLD_VARIANTS):
+    os.symlink(old.path(name), root / kaggle.image_parquet_name('train', shard))
+  (root / 'train.csv').write_text(old.train_csv, encoding='utf-8')
+  # Default column blocks here: one block per row group.
+  source = prepare_lib.GraphemeSource(prepare_lib.prepare(root, 'train', tmp_path / 'cache'))
+  assert source.image_ids == [OLD_IDS[i] for i in OLD_CSV_ORDER]
+  assert source.graphemes == [f'g{i}' for i in OLD_CSV_ORDER]
+  np.testing.assert_array_equal(source.labels, old.labels[OLD_CSV_ORDER])
+  for k, i in enumerate(OLD_CSV_ORDER):
+    np.testing.assert_array_equal(source[k]['image'],
+                                  old.flat[i].reshape(kaggle.HEIGHT, kaggle.WIDTH))
+
+
+@pytest.mark.parametrize('kind', ['dictionary', 'pandas categorical', 'large_string'])
+def test_missing_image_id_in_other_string_types(tmp_path, kind):
+  ids = ['Train_0', 'Train_1', None, 'Train_3']
+  pixels = [pa.array(np.arange(4, dtype=np.uint8))] * 2
+  if kind == 'pandas categorical':
+    frame = pd.DataFrame({'image_id': pd.Categorical(ids), '0': np.arange(4, dtype=np.uint8),
+                          '1': np.arange(4, dtype=np.uint8)})
+    table = pa.Table.from_pandas(frame)
+  else:
+    type_ = pa.dictionary(pa.int32(), pa.string()) if kind == 'dictionary' else pa.large_string()
+    table = pa.Table.from_arrays([pa.array(ids, type_), *pixels], names=['image_id', '0', '1'])
+  path = tmp_path / 'ids.parquet'
+  pq.write_table(table, path, row_group_size=2, **FAST_WRITE)  # the null opens row group 1
+  raises_data_error(lambda: kaggle.ImageParquet(path), str(path), 'row 2: image_id is missing')
+
+
+def test_pandas_int64_pixels_rejected(tmp_path):
+  # A frame built without dtype=np.uint8 holds int64: 8x the size, not what Kaggle ships.
+  frame = pd.DataFrame({'image_id': ['Train_0', 'Train_1'], '0': [0, 255], '1': [7, 8]})
+  path = tmp_path / 'int64.parquet'
+  pq.write_table(pa.Table.from_pandas(frame), path, **FAST_WRITE)
+  raises_data_error(lambda: kaggle.ImageParquet(path), str(path),
+                    "pixel column '0' is int64; expected uint8")
 
 
 # --- prepare and GraphemeSource -------------------------------------------------------------
