@@ -45,6 +45,12 @@ def outputs_by_row(model, predict, source, *, batch_size, keys=('image',)):
   with a leading batch axis. Returns that dict as host numpy arrays [len(source), ...], row i
   from source[i]. Outputs stay on the devices until the last batch, then travel once.
   """
+  return next(outputs_by_source(model, predict, [source], batch_size=batch_size, keys=keys))
+
+
+def outputs_by_source(model, predict, sources, *, batch_size, keys=('image',)):
+  """outputs_by_row for each of `sources` in turn (a generator: a source may be made only
+  when its turn comes, e.g. a window of a file read on demand), compiled once for all."""
   mesh = model.mesh
 
   def step(variables, batch):
@@ -54,22 +60,24 @@ def outputs_by_row(model, predict, source, *, batch_size, keys=('image',)):
   # Replicated outputs: every process can read every row, even on a multi-host mesh.
   step = jax.jit(step, out_shardings=parallel.replicated(mesh))
   local_batch = parallel.per_process_batch(batch_size, mesh)
-  results = []
-  for batch in input_lib.eval_batches(source, batch_size=local_batch,
-                                      process_index=jax.process_index(),
-                                      process_count=jax.process_count()):
-    batch = parallel.global_batch(mesh, {k: batch[k] for k in (*keys, 'index', 'mask')})
-    results.append(step(model.variables, batch))
-  rows, filled = None, np.zeros(len(source), bool)
-  for outputs, index, mask in jax.device_get(results):
-    if rows is None:
-      rows = {k: np.zeros((len(source), *v.shape[1:]), v.dtype) for k, v in outputs.items()}
-    for k, v in outputs.items():
-      rows[k][index[mask]] = v[mask]
-    filled[index[mask]] = True
-  if not filled.all():
-    raise RuntimeError(f'{(~filled).sum()} of {len(source)} examples got no output')
-  return rows
+  for source in sources:
+    results = []
+    for batch in input_lib.eval_batches(source, batch_size=local_batch,
+                                        process_index=jax.process_index(),
+                                        process_count=jax.process_count()):
+      batch = parallel.global_batch(mesh, {k: batch[k] for k in (*keys, 'index', 'mask')})
+      results.append(step(model.variables, batch))
+    rows, filled = None, np.zeros(len(source), bool)
+    for outputs, index, mask in jax.device_get(results):
+      if rows is None:
+        rows = {k: np.zeros((len(source), *v.shape[1:]), v.dtype) for k, v in outputs.items()}
+      for k, v in outputs.items():
+        rows[k][index[mask]] = v[mask]
+      filled[index[mask]] = True
+    if not filled.all():
+      raise RuntimeError(f'{(~filled).sum()} of {len(source)} examples got no output')
+    del source  # released before the next one is made
+    yield rows
 
 
 def flatten(scores, prefix=''):

@@ -48,7 +48,10 @@ def get_config(arg='demo'):
   # A whole-grapheme prediction at least this confident overrides the component heads;
   # tau: prior correction, argmax of log p - tau * log(training count). Both as val tuned
   # them for the demo (val/tuned/...): 0.99 and 0 at 2,000 steps.
-  c.predict = dict(seen_threshold=0.99, tau=0.0)
+  # read: the test images straight from a Kaggle folder's parquet files, window_rows at a
+  # time (0: a whole file; memory holds a window, 32 KB an image), or 'prepared' (converted
+  # once to the training layout). bench/real_sizes.py measured both at full size.
+  c.predict = dict(seen_threshold=0.99, tau=0.0, read='stream', window_rows=0)
 
   if arg == 'kaggle':
     # The full recipe at native resolution: ResNet-34 trunk, bf16 compute, EMA, ~60 epochs.

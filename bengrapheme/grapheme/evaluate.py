@@ -119,10 +119,12 @@ class Evaluator:
 
 
 def predict(config, model, workdir):
-  """Writes workdir/submission.csv: row_id,target in exactly the order of test.csv."""
-  src = data.source(config, workdir, 'test')
-  rows = kaggle.test_rows(config.data.dir)
+  """Writes workdir/submission.csv: row_id,target in exactly the order of test.csv.
 
+  A Kaggle folder's test images are read straight from its parquet files, a window of
+  config.predict.window_rows images at a time (config.predict.read='stream'), or from the
+  prepared copy ('prepared': converted once, cached, as training reads).
+  """
   counts = log_counts(workdir, config.predict.tau)
 
   def components(forward, batch):
@@ -130,15 +132,66 @@ def predict(config, model, workdir):
     return {'components': decide(out, seen_threshold=config.predict.seen_threshold,
                                  tau=config.predict.tau, log_counts=counts)}
 
-  by_row = evaluation.outputs_by_row(model, components, src,
-                                     batch_size=config.eval.batch_size)['components']
-  position = {image_id: i for i, image_id in enumerate(src.image_ids)}
+  if config.predict.read not in ('stream', 'prepared'):
+    raise ValueError(f"config.predict.read={config.predict.read!r}: expected 'stream' or "
+                     "'prepared'")
+  if config.data.format == 'kaggle' and config.predict.read == 'stream':
+    image_ids = []
+
+    def sources():
+      for ids, source in _test_windows(config.data.dir, config.predict.window_rows):
+        image_ids.extend(ids)
+        yield source
+        del source  # before the next window is decoded: memory holds one at a time
+
+    by_row = np.concatenate([rows['components'] for rows in evaluation.outputs_by_source(
+        model, components, sources(), batch_size=config.eval.batch_size)])
+  else:
+    src = data.source(config, workdir, 'test')
+    image_ids = src.image_ids
+    by_row = evaluation.outputs_by_row(model, components, src,
+                                       batch_size=config.eval.batch_size)['components']
+  position = {image_id: i for i, image_id in enumerate(image_ids)}
   column = {name: i for i, name in enumerate(kaggle.COMPONENTS)}
+  rows = kaggle.test_rows(config.data.dir)
   targets = [by_row[position[image_id], column[component]] for _, image_id, component in rows]
   path = files.join(workdir, 'submission.csv')
   if jax.process_index() == 0:
     write_submission(path, [r[0] for r in rows], targets)
   return path
+
+
+def _test_windows(data_dir, window_rows):
+  """Yields (image ids, grain source) for the test split's images in file order,
+  `window_rows` at a time (0: a whole file), each decoded only when iteration reaches it.
+  Peak memory is one window's pixels (32 KB an image), whatever the number of images; a
+  window smaller than a one-row-group file decodes that file once per window.
+  """
+  if window_rows < 0:
+    raise ValueError(f'config.predict.window_rows must be >= 0 (0: a whole file at a time), '
+                     f'got {window_rows}')
+  for shard in kaggle.validate(data_dir, 'test').shards:
+    n = len(shard.image_ids)
+    size = window_rows or n
+    for begin in range(0, n, size):
+      end = min(n, begin + size)
+      images = np.empty((end - begin, kaggle.NUM_PIXELS), np.uint8)
+      shard.read_rows(images, np.arange(end - begin), begin, end)
+      yield shard.image_ids[begin:end], _ArraySource(images)
+      del images
+
+
+class _ArraySource:
+  """A grain source over images held in memory, [N, 32332] uint8, for predict's windows."""
+
+  def __init__(self, images):
+    self.images = images.reshape(len(images), kaggle.HEIGHT, kaggle.WIDTH)
+
+  def __len__(self):
+    return len(self.images)
+
+  def __getitem__(self, index):
+    return dict(image=self.images[index], index=np.int32(index))
 
 
 def write_submission(path, row_ids, targets):

@@ -66,6 +66,27 @@ def test_evaluate_and_predict(grapheme_data, grapheme_evaluated):
   for r in rows:
     component = r['row_id'].split('_', 2)[2]
     assert 0 <= int(r['target']) < limits[component]
+  # Read from the prepared copy instead of streaming the parquet files: the same answers.
+  streamed = open(os.path.join(workdir, 'submission.csv')).read()
+  run_module('launch.predict', f'--config={CONFIG}', '--data', grapheme_data,
+             '--workdir', workdir, '--config.predict.read=prepared')
+  assert open(os.path.join(workdir, 'submission.csv')).read() == streamed
+
+
+@pytest.mark.parametrize('window_rows', [0, 1, 4])
+def test_predict_windows_read_the_test_images_in_order(grapheme_data, window_rows, tmp_path):
+  """predict's windows over the test parquet files hold exactly the prepared images."""
+  from bengrapheme.grapheme import prepare
+  prepared = prepare.GraphemeSource(prepare.prepare(grapheme_data, 'test', tmp_path))
+  windows = list(evaluate._test_windows(grapheme_data, window_rows))
+  ids = [i for window_ids, _ in windows for i in window_ids]
+  assert sorted(ids) == sorted(prepared.image_ids)
+  if window_rows:
+    assert max(len(source) for _, source in windows) == window_rows
+  row = {image_id: i for i, image_id in enumerate(prepared.image_ids)}
+  for window_ids, source in windows:
+    for k, image_id in enumerate(window_ids):
+      np.testing.assert_array_equal(source[k]['image'], prepared[row[image_id]]['image'])
 
 
 def test_evaluate_kaggle_folder_without_test_labels(grapheme_data, grapheme_trained, tmp_path):
