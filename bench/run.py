@@ -3,6 +3,7 @@
   python -m bench.run                      # everything, full size (~15 minutes on 2 cores)
   python -m bench.run --quick              # reduced sizes, a smoke run (~2-3 minutes)
   python -m bench.run --only metrics_speed sharding
+  python -m bench.run --only real_sizes   # full-size datasets, ~1 h (not run by default)
 
 Each module runs in a fresh Python process (no jax state, compiled code or memory carries
 over from one to the next); a module that fails is reported and the others still run. With
@@ -49,10 +50,13 @@ from bench import common
 from bengrapheme import files
 
 MODULES = ('input_pipeline', 'train_step', 'metrics_speed', 'sharding')
+# Run only when named with --only: ~1 h and ~45 GB of disk (bench/real_sizes.py).
+ON_REQUEST = ('real_sizes',)
 RESULTS = os.path.join(common.ROOT, 'bench', 'results.json')
 README = os.path.join(common.ROOT, 'README.md')
 BEGIN, END = '<!-- bench:begin -->', '<!-- bench:end -->'
 MODULE_TIMEOUT = 30 * 60  # a hung module must not hang the run
+ON_REQUEST_TIMEOUT = 150 * 60
 
 
 def machine():
@@ -91,7 +95,8 @@ def run_module(name, quick):
     env['PYTHONPATH'] = os.pathsep.join(filter(None, [common.ROOT, env.get('PYTHONPATH')]))
     proc = subprocess.Popen(command + (['--quick'] if quick else []), cwd=common.ROOT,
                             env=env, stderr=subprocess.PIPE, text=True)
-    timer = threading.Timer(MODULE_TIMEOUT, proc.kill)
+    timer = threading.Timer(ON_REQUEST_TIMEOUT if name in ON_REQUEST else MODULE_TIMEOUT,
+                            proc.kill)
     timer.start()
     tail = collections.deque(maxlen=40)
     try:
@@ -179,8 +184,8 @@ def write_readme(path, text):
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--quick', action='store_true', help='reduced sizes (a smoke run)')
-  parser.add_argument('--only', nargs='+', choices=MODULES, metavar='NAME',
-                      help=f'run only these modules ({", ".join(MODULES)})')
+  parser.add_argument('--only', nargs='+', choices=MODULES + ON_REQUEST, metavar='NAME',
+                      help=f'run only these modules ({", ".join(MODULES + ON_REQUEST)})')
   parser.add_argument('--results', default=RESULTS, help='where to write results.json')
   parser.add_argument('--readme', default=README,
                       help="README whose bench section to rewrite ('' to leave it)")
@@ -221,8 +226,9 @@ def main():
       print(f'  FAILED: {error.strip().splitlines()[-1] if error.strip() else error}',
             file=sys.stderr, flush=True)
   # Rows in the order of MODULES, whatever order the runs came in.
-  results['results'].sort(key=lambda r: MODULES.index(r['module'])
-                           if r.get('module') in MODULES else len(MODULES))
+  order = MODULES + ON_REQUEST
+  results['results'].sort(key=lambda r: order.index(r['module'])
+                           if r.get('module') in order else len(order))
   results.update(date=started, machine=info)
   files.write_atomic(args.results, json.dumps(results, indent=1) + '\n')
   if args.readme:
