@@ -15,7 +15,7 @@ DEMO_WORKDIR := workdirs/grapheme-demo
 FRAG_DATA := data/fragments-synth
 FRAG_WORKDIR := workdirs/fragments-demo
 
-.PHONY: setup system-packages demo demo-fragments test
+.PHONY: setup system-packages demo demo-fragments test wheelhouse
 setup: $(VENV)/.installed system-packages
 
 $(VENV)/.installed: requirements.txt
@@ -46,3 +46,10 @@ demo-fragments: setup $(FRAG_DATA)/test
 
 test: setup
 	$(PY) -m pytest -q -m "slow or not slow" --durations=15
+
+# The project and its runtime dependencies as wheels, for an offline install (a Kaggle
+# notebook; README). For another Python / platform than this one's, e.g. Kaggle's:
+#   make wheelhouse WHEELHOUSE_ARGS='--python-version 3.11 --platform manylinux_2_35_x86_64'
+WHEELHOUSE_ARGS ?=
+wheelhouse: $(VENV)/.installed
+	$(PY) -m launch.wheelhouse --out dist/wheelhouse $(WHEELHOUSE_ARGS)
