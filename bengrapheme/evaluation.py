@@ -17,12 +17,16 @@ Evaluators feed their split through `outputs_by_row`, which runs a jitted functi
 every example exactly once on the whole mesh and hands back host arrays in the source's row
 order. Scores stay nested; `flatten` makes the 'a/b/c' keys that logs and metrics.json use.
 """
+import gc
 from typing import Any, Callable, NamedTuple
 
 import jax
 import numpy as np
 
 from bengrapheme import input as input_lib, parallel
+
+
+IN_FLIGHT = 2  # eval batches dispatched ahead of the one the host waits for
 
 
 class Unlabelled(ValueError):
@@ -67,6 +71,10 @@ def outputs_by_source(model, predict, sources, *, batch_size, keys=('image',)):
                                         process_count=jax.process_count()):
       batch = parallel.global_batch(mesh, {k: batch[k] for k in (*keys, 'index', 'mask')})
       results.append(step(model.variables, batch))
+      # Dispatch is asynchronous: without a wait, the inputs of every batch not yet computed
+      # would pile up in memory (a whole split's images). Two in flight keep the device busy.
+      if len(results) > IN_FLIGHT:
+        jax.block_until_ready(results[-IN_FLIGHT - 1])
     rows, filled = None, np.zeros(len(source), bool)
     for outputs, index, mask in jax.device_get(results):
       if rows is None:
@@ -76,7 +84,12 @@ def outputs_by_source(model, predict, sources, *, batch_size, keys=('image',)):
       filled[index[mask]] = True
     if not filled.all():
       raise RuntimeError(f'{(~filled).sum()} of {len(source)} examples got no output')
-    del source  # released before the next one is made
+    # Released before the next one is made. grain's batched dataset holds the source in a
+    # reference cycle (BatchMapDataset caches a lambda of itself), which only the cyclic
+    # collector frees, and big numpy buffers do not make it run: without this, every window
+    # of a streamed test set stayed in memory (8.3 GB peak for 200,840 images).
+    del source
+    gc.collect()
     yield rows
 
 

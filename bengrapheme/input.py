@@ -50,8 +50,15 @@ def train_dataset(source, *, batch_size, seed, process_index, process_count,
   # Batch first, then deal the batches out: global batch b is the same run of examples, in
   # the same order, whatever the process count (augmentation draws by position in it).
   ds = ds.batch(batch_size, drop_remainder=True)[process_index::process_count]
-  return ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads,
-                                              prefetch_buffer_size=2 * batch_size))
+  return ds.to_iter_dataset(_read_options(num_threads))
+
+
+def _read_options(num_threads):
+  # The buffer counts batches (the elements here), not examples: two per thread keep every
+  # thread busy and host memory at a few batches. (It was 2 x batch_size batches: up to 4 GB
+  # at the kaggle config's 256 images of 32 KB, and at prediction it held a whole file's
+  # images a second time: 8.3 GB peak for the 200,840-image test set, bench/real_sizes.py.)
+  return grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=2 * num_threads)
 
 
 def eval_batches(source, *, batch_size, process_index, process_count, num_threads=8):
@@ -66,17 +73,20 @@ def eval_batches(source, *, batch_size, process_index, process_count, num_thread
     raise ValueError('evaluation split is empty')
   shard = grain.MapDataset.source(source)[process_index::process_count]
   num_batches = math.ceil(math.ceil(len(source) / process_count) / batch_size)
-  batches = iter(shard.batch(batch_size).to_iter_dataset(
-      grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=2 * batch_size)))
+  batches = iter(shard.batch(batch_size).to_iter_dataset(_read_options(num_threads)))
   # Padding copies the shapes of the first example, which every process can read.
   template = {k: np.asarray(v)[None][:0] for k, v in source[0].items()}
-  for _ in range(num_batches):
-    batch = next(batches, None)
-    if batch is None:  # this process has fewer examples than the others: send padding
-      batch = template
-    n = len(next(iter(batch.values())))
-    pad = batch_size - n
-    padded = {k: np.concatenate([v, np.zeros((pad,) + v.shape[1:], v.dtype)])
-              for k, v in batch.items()}
-    padded['mask'] = np.arange(batch_size) < n
-    yield padded
+  try:
+    for _ in range(num_batches):
+      batch = next(batches, None)
+      if batch is None:  # this process has fewer examples than the others: send padding
+        batch = template
+      n = len(next(iter(batch.values())))
+      pad = batch_size - n
+      padded = {k: np.concatenate([v, np.zeros((pad,) + v.shape[1:], v.dtype)])
+                for k, v in batch.items()}
+      padded['mask'] = np.arange(batch_size) < n
+      yield padded
+  finally:
+    # Its reading threads hold the source (a window of images at prediction) until closed.
+    batches.close()
