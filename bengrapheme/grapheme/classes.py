@@ -19,6 +19,8 @@ import collections
 import csv
 import os
 
+import numpy as np
+
 from bengrapheme.grapheme import kaggle
 
 GRAPHEMES_CSV = os.path.join(os.path.dirname(__file__), 'graphemes.csv')
@@ -205,6 +207,43 @@ def _consonant_parts(parts):
 
 # [7, 4] 0/1: which parts each of the 7 Kaggle consonant classes is made of.
 CONSONANT_PARTS = [_consonant_parts(c) for c in CONSONANTS]
+
+# The March 2020 label update (Kaggle's class_map_corrected.csv, train_multi_diacritics.csv):
+# consonant class 7 is reph + ra-phala together, the mark the three graphemes র্ত্রী, র্ত্রে,
+# র্দ্র carry and class 2 (reph) left out. Scores and submissions stay in the competition's
+# 7 classes: class 7 counts as 2, as the competition's own labels have it.
+REPH_RA_PHALA = 7
+CORRECTED_CONSONANTS = CONSONANTS + [('র্', VIRAMA + RA, '')]
+CORRECTED_CONSONANT_PARTS = [_consonant_parts(c) for c in CORRECTED_CONSONANTS]
+# The real graphemes whose corrected label is 7: reph on the root and a ra-phala under it.
+MULTI_DIACRITIC_GRAPHEMES = tuple(g for _, _, c, g in GRAPHEMES
+                                  if c == 2 and VIRAMA + RA in g[len(RA + VIRAMA):])
+
+
+def num_classes(corrected_labels):
+  """Classes per component the model learns: (168, 11, 7), or 8 consonant classes with the
+  corrected labels (config.data.corrected_labels)."""
+  return kaggle.NUM_CLASSES[:2] + (len(CORRECTED_CONSONANTS) if corrected_labels
+                                   else kaggle.NUM_CLASSES[2],)
+
+
+def consonant_parts(corrected_labels):
+  """[classes, 4] 0/1 part patterns of the consonant classes the model learns."""
+  return CORRECTED_CONSONANT_PARTS if corrected_labels else CONSONANT_PARTS
+
+
+def to_competition(labels):
+  """Labels [..., 3] in the corrected classes -> the competition's (consonant 7 -> 2)."""
+  labels = np.asarray(labels)
+  out = labels.copy()
+  out[..., 2] = np.where(labels[..., 2] == REPH_RA_PHALA, 2, labels[..., 2])
+  return out
+
+
+def class_map_corrected():
+  """Rows (component_type, label, component) of Kaggle's class_map_corrected.csv."""
+  prefix, phala, _ = CORRECTED_CONSONANTS[REPH_RA_PHALA]
+  return class_map() + [('consonant_diacritic', REPH_RA_PHALA, prefix + phala)]
 
 
 def spelling(root, vowel, consonant):

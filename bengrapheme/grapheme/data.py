@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from bengrapheme import files, input as input_lib
-from bengrapheme.grapheme import kaggle, prepare, rendered, unseen
+from bengrapheme.grapheme import classes, kaggle, prepare, rendered, unseen
 
 CLASS_COUNTS = 'class_counts.json'
 
@@ -24,6 +24,9 @@ def _source(config, workdir, split):
     if not config.data.tfds_dir:
       raise ValueError("config.data.format='tfds' needs config.data.tfds_dir, a TFDS data "
                        'dir holding a bengaliai build')
+    if config.data.corrected_labels:
+      raise ValueError("config.data.corrected_labels reads train_multi_diacritics.csv from a "
+                       "Kaggle folder: it needs config.data.format='kaggle'")
     # Imported only here: tensorflow_datasets takes ~0.5 s to import.
     from bengrapheme.grapheme import tfds_bengaliai
     return tfds_bengaliai.TfdsGraphemeSource(config.data.tfds_dir, split)
@@ -32,8 +35,31 @@ def _source(config, workdir, split):
   if not config.data.dir:
     raise ValueError('no data: pass --data DIR (a Kaggle bengaliai-cv19 folder) or set '
                      'config.data.dir')
-  return prepare.GraphemeSource(
+  source = prepare.GraphemeSource(
       prepare.prepare(config.data.dir, split, files.prepared_dir(config, workdir)))
+  if split == 'train' and config.data.corrected_labels:
+    return Relabelled(source, kaggle.corrected_labels(config.data.dir, source.image_ids))
+  return source
+
+
+class Relabelled:
+  """A source with some rows' labels replaced: {row: labels [3]} (the March 2020 update)."""
+
+  def __init__(self, source, corrections):
+    self.source = source
+    self._labels = source.labels.copy()
+    for row, labels in corrections.items():
+      self._labels[row] = labels
+
+  @property
+  def labels(self):
+    return self._labels
+
+  def __len__(self):
+    return len(self.source)
+
+  def __getitem__(self, index):
+    return dict(self.source[index], labels=self._labels[int(index)].copy())
 
 
 def source(config, workdir, split):
@@ -68,7 +94,8 @@ def train_data(config, workdir, local_batch):
   real = source(config, workdir, 'train')
   mixed_in = rendered.source(config, files.prepared_dir(config, workdir)) if fraction else None
   if jax.process_index() == 0:
-    counts = _stream_counts(real.labels, mixed_in.labels if fraction else None, fraction)
+    counts = _stream_counts(real.labels, mixed_in.labels if fraction else None, fraction,
+                            classes.num_classes(config.data.corrected_labels))
     files.write_atomic(files.join(workdir, CLASS_COUNTS), json.dumps(
         {name: c.tolist() for name, c in zip(kaggle.COMPONENTS, counts)}))
   return input_lib.train_dataset(
@@ -77,11 +104,11 @@ def train_data(config, workdir, local_batch):
       mixed_in=mixed_in, mixed_fraction=fraction)
 
 
-def _stream_counts(real_labels, rendered_labels, fraction):
+def _stream_counts(real_labels, rendered_labels, fraction, num_classes):
   """How many images of each class, per component, the training stream shows per len(real)
   images (the mixture's expected counts)."""
   def counts(labels):
-    return [np.bincount(labels[:, i], minlength=n) for i, n in enumerate(kaggle.NUM_CLASSES)]
+    return [np.bincount(labels[:, i], minlength=n) for i, n in enumerate(num_classes)]
   real = counts(real_labels)
   if not fraction:
     return [r.astype(float) for r in real]

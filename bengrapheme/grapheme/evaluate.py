@@ -42,11 +42,11 @@ def decide(out, *, seen_threshold, tau, log_counts):
   return jnp.where(seen[:, None], jnp.asarray(GRAPHEME_TRIPLES)[out['grapheme_id']], components)
 
 
-def log_counts(workdir, needed):
+def log_counts(config, workdir, needed):
   """log(1 + training count) per class of each component; zeros when not `needed` (tau 0 and
   no tuning), so a workdir without class_counts.json still evaluates."""
   if not needed:
-    return [np.zeros(n) for n in kaggle.NUM_CLASSES]
+    return [np.zeros(n) for n in classes.num_classes(config.data.corrected_labels)]
   return [np.log1p(c) for c in data.class_counts(workdir)]
 
 
@@ -73,7 +73,8 @@ class Evaluator:
       raise evaluation.Unlabelled(
           f"split {split!r} has no labels to score (Kaggle's test.csv has none; the synthetic "
           'data writes test_labels.csv)')
-    self.log_counts = log_counts(workdir, config.predict.tau or split == config.eval.tune_split)
+    self.log_counts = log_counts(config, workdir,
+                                 config.predict.tau or split == config.eval.tune_split)
 
   def run(self, model):
     config = self.config
@@ -81,15 +82,16 @@ class Evaluator:
         model, lambda forward, batch: dict(outputs(forward(preprocess(batch['image'], config))),
                                            labels=batch['labels']),
         self.source, batch_size=config.eval.batch_size, keys=('image', 'labels'))
-    labels = rows['labels']
+    # Scored in the competition's classes, whichever the model learnt (corrected_labels).
+    labels = classes.to_competition(rows['labels'])
     category = unseen.categories(config, labels)
     subsets = {'all': np.ones(len(labels), bool), 'seen': category == 0,
                'unseen': category > 0, 'unseen_rendered': category == 1,
                'unseen_never_rendered': category == 2}
 
     def predictions(tau, seen_threshold):
-      return np.asarray(decide(rows, seen_threshold=seen_threshold, tau=tau,
-                               log_counts=self.log_counts))
+      return classes.to_competition(decide(rows, seen_threshold=seen_threshold, tau=tau,
+                                           log_counts=self.log_counts))
 
     def score(predicted, among):
       return metrics.hierarchical_macro_recall(labels[among], predicted[among])
@@ -125,7 +127,7 @@ def predict(config, model, workdir):
   config.predict.window_rows images at a time (config.predict.read='stream'), or from the
   prepared copy ('prepared': converted once, cached, as training reads).
   """
-  counts = log_counts(workdir, config.predict.tau)
+  counts = log_counts(config, workdir, config.predict.tau)
 
   def components(forward, batch):
     out = outputs(forward(preprocess(batch['image'], config)))
@@ -151,6 +153,7 @@ def predict(config, model, workdir):
     image_ids = src.image_ids
     by_row = evaluation.outputs_by_row(model, components, src,
                                        batch_size=config.eval.batch_size)['components']
+  by_row = classes.to_competition(by_row)  # Kaggle scores the 7 consonant classes
   position = {image_id: i for i, image_id in enumerate(image_ids)}
   column = {name: i for i, name in enumerate(kaggle.COMPONENTS)}
   rows = kaggle.test_rows(config.data.dir)

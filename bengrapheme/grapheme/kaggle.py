@@ -28,6 +28,12 @@ NUM_SHARDS = 4  # train_image_data_{0..3}.parquet, test_image_data_{0..3}.parque
 SPLITS = ('train', 'test')
 TEST_LABELS = 'test_labels.csv'  # answers written by our synthetic generator; Kaggle has none
 LABEL_COLUMNS = ('image_id',) + COMPONENTS + ('grapheme',)
+# The March 2020 label update: train rows relabelled with consonant class 7 (reph + ra-phala),
+# and the class map that adds that class.
+MULTI_DIACRITICS = 'train_multi_diacritics.csv'
+CLASS_MAP_CORRECTED = 'class_map_corrected.csv'
+CLASS_MAP_COLUMNS = ('component_type', 'label', 'component')
+CORRECTED_NUM_CLASSES = NUM_CLASSES[:2] + (NUM_CLASSES[2] + 1,)
 TEST_COLUMNS = ('row_id', 'image_id', 'component')
 # Pixel columns are converted in blocks of about this many bytes (at least 1,024 columns):
 # small enough that memory holds only a block of the file, large enough that the reader's
@@ -103,6 +109,44 @@ def validate(data_dir, split):
   shards = [ImageParquet(path) for path in parquet_paths]
   _check_same_ids(csv_path, image_ids, shards)
   return Split(image_ids, labels, graphemes, shards)
+
+
+def corrected_labels(data_dir, image_ids):
+  """The train labels after the March 2020 update: {row: int32 [3]} for the rows of
+  `image_ids` (train.csv order) that train_multi_diacritics.csv relabels, their consonant
+  diacritic in the 8 classes of class_map_corrected.csv. Both files must be in data_dir."""
+  data_dir = pathlib.Path(data_dir)
+  for name in (MULTI_DIACRITICS, CLASS_MAP_CORRECTED):
+    if not (data_dir / name).is_file():
+      raise DataError(f'{data_dir / name}: file is missing; config.data.corrected_labels '
+                      f'needs {MULTI_DIACRITICS} and {CLASS_MAP_CORRECTED} (Kaggle added them '
+                      'in March 2020), or set config.data.corrected_labels=False')
+  _check_corrected_class_map(data_dir / CLASS_MAP_CORRECTED)
+  path = data_dir / MULTI_DIACRITICS
+  ids, labels, _ = _read_label_csv(path, CORRECTED_NUM_CLASSES, allow_empty=True)
+  row = {image_id: i for i, image_id in enumerate(image_ids)}
+  missing = [image_id for image_id in ids if image_id not in row]
+  if missing:
+    raise DataError(f'{path}: image_id {missing[0]!r} is not in train.csv ({len(missing)} such '
+                    'rows); expected corrections of train images only')
+  return {row[image_id]: label for image_id, label in zip(ids, labels)}
+
+
+def _check_corrected_class_map(path):
+  """class_map_corrected.csv lists every class of the three components once, consonant
+  diacritic with 8 classes."""
+  found = {name: set() for name in COMPONENTS}
+  for line, row in _read_csv(path, CLASS_MAP_COLUMNS):
+    kind, label = row['component_type'], row['label'].strip()
+    if kind not in found:
+      raise DataError(f'{path}: line {line}: component_type {kind!r} is not one of '
+                      f'{", ".join(COMPONENTS)}')
+    if not label.isdigit():
+      raise DataError(f'{path}: line {line}: label {label!r} is not an integer')
+    found[kind].add(int(label))
+  for kind, n in zip(COMPONENTS, CORRECTED_NUM_CLASSES):
+    if found[kind] != set(range(n)):
+      raise DataError(f'{path}: {kind} has labels {sorted(found[kind])}; expected 0..{n - 1}')
 
 
 def test_rows(data_dir):
@@ -249,7 +293,7 @@ def _check_pixel_columns(path, schema, pixel_names):
                     f"named '0'..'{NUM_PIXELS - 1}'; missing column {missing!r}")
 
 
-def _read_csv(path, required):
+def _read_csv(path, required, allow_empty=False):
   """Yields (line number, row dict) for each data row; checks the header and field count."""
   try:
     f = open(path, newline='', encoding='utf-8-sig')
@@ -278,33 +322,35 @@ def _read_csv(path, required):
         yield reader.line_num, dict(zip(header, row))
   except UnicodeDecodeError as e:
     raise DataError(f'{path}: not UTF-8 text: {e}') from e
-  if not count:
+  if not count and not allow_empty:
     raise DataError(f'{path}: no data rows; expected at least one image')
 
 
-def _read_label_csv(path):
-  """Reads image_id, the three labels and grapheme from train.csv or test_labels.csv."""
+def _read_label_csv(path, num_classes=NUM_CLASSES, allow_empty=False):
+  """Reads image_id, the three labels and grapheme from train.csv, test_labels.csv or
+  train_multi_diacritics.csv."""
   image_ids, labels, graphemes, lines = [], [], [], []
-  for line, row in _read_csv(path, LABEL_COLUMNS):
+  for line, row in _read_csv(path, LABEL_COLUMNS, allow_empty):
     image_id = row['image_id']
     if not image_id:
       raise DataError(f'{path}: line {line}: image_id is empty')
-    labels.append([_parse_label(path, line, image_id, row, i) for i in range(len(COMPONENTS))])
+    labels.append([_parse_label(path, line, image_id, row, i, num_classes[i])
+                   for i in range(len(COMPONENTS))])
     image_ids.append(image_id)
     graphemes.append(row['grapheme'])
     lines.append(line)
   _check_unique(path, image_ids, 'line', lambda i: lines[i])
-  return image_ids, np.array(labels, np.int32), graphemes
+  return image_ids, np.array(labels, np.int32).reshape(-1, len(COMPONENTS)), graphemes
 
 
-def _parse_label(path, line, image_id, row, i):
+def _parse_label(path, line, image_id, row, i, num_classes):
   name, value = COMPONENTS[i], row[COMPONENTS[i]]
-  expected = f'expected an integer in [0, {NUM_CLASSES[i]})'
+  expected = f'expected an integer in [0, {num_classes})'
   if not re.fullmatch(r'-?[0-9]+', value.strip()):
     raise DataError(f'{path}: line {line} (image_id {image_id!r}): {name} {value!r} is not '
                     f'an integer; {expected}')
   label = int(value)
-  if not 0 <= label < NUM_CLASSES[i]:
+  if not 0 <= label < num_classes:
     raise DataError(f'{path}: line {line} (image_id {image_id!r}): {name} {label} is out of '
                     f'range; {expected}')
   return label

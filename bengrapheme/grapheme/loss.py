@@ -8,8 +8,8 @@ from bengrapheme.grapheme import classes, kaggle
 from bengrapheme.grapheme.model import preprocess
 
 
-def _targets(batch, whole_grapheme):
-  targets = [jax.nn.one_hot(batch['labels'][:, i], n) for i, n in enumerate(kaggle.NUM_CLASSES)]
+def _targets(batch, whole_grapheme, num_classes):
+  targets = [jax.nn.one_hot(batch['labels'][:, i], n) for i, n in enumerate(num_classes)]
   if whole_grapheme:  # unseen or unknown graphemes (id -1) get an all-zero target row
     targets.append(jax.nn.one_hot(batch['grapheme'], classes.NUM_GRAPHEMES))
   return tuple(targets)
@@ -19,12 +19,14 @@ def loss(model, batch, key, config):
   """Weighted soft-target cross-entropy of the mixed/augmented batch; returns (loss, aux)."""
   images = preprocess(batch['image'], config)
   whole = config.model.grapheme_head
-  images, targets = augment.apply(key, images, _targets(batch, whole), config.aug)
+  corrected = config.data.corrected_labels
+  images, targets = augment.apply(
+      key, images, _targets(batch, whole, classes.num_classes(corrected)), config.aug)
   logits = model(images, train=True)
   ce = [optax.softmax_cross_entropy(logits[name], t).mean()
         for name, t in zip(kaggle.COMPONENTS[:2], targets)]
-  if config.model.consonant_parts:  # each part a binary target: the (mixed) 7-way target's mass
-    part_targets = targets[2] @ jnp.asarray(classes.CONSONANT_PARTS, jnp.float32)
+  if config.model.consonant_parts:  # each part a binary target: the (mixed) class target's mass
+    part_targets = targets[2] @ jnp.asarray(classes.consonant_parts(corrected), jnp.float32)
     ce.append(optax.sigmoid_binary_cross_entropy(logits['consonant_parts'], part_targets)
               .sum(-1).mean())
   else:

@@ -20,9 +20,12 @@ class GraphemeModel(nnx.Module):
                                     **config.model.args)
     features = self.backbone.features
     self.consonant_parts = config.model.consonant_parts
-    # With consonant_parts the consonant diacritic is read off 4 part logits, not a 7-way head.
-    sizes = kaggle.NUM_CLASSES[:2] + (len(classes.CONSONANT_PART_NAMES) if self.consonant_parts
-                                      else kaggle.NUM_CLASSES[2],)
+    self.corrected_labels = config.data.corrected_labels
+    # With consonant_parts the consonant diacritic is read off 4 part logits, not a 7-way
+    # (8-way with the corrected labels) head.
+    sizes = classes.num_classes(self.corrected_labels)
+    if self.consonant_parts:
+      sizes = sizes[:2] + (len(classes.CONSONANT_PART_NAMES),)
     self.heads = nnx.List([nnx.Linear(features, n, rngs=rngs) for n in sizes])
     self.grapheme_head = None
     if config.model.grapheme_head:
@@ -33,19 +36,21 @@ class GraphemeModel(nnx.Module):
     logits = {name: head(features) for name, head in zip(kaggle.COMPONENTS, self.heads)}
     if self.consonant_parts:
       logits['consonant_parts'] = logits['consonant_diacritic']
-      logits['consonant_diacritic'] = consonant_from_parts(logits['consonant_parts'])
+      logits['consonant_diacritic'] = consonant_from_parts(
+          logits['consonant_parts'], classes.consonant_parts(self.corrected_labels))
     if self.grapheme_head is not None:
       logits['grapheme'] = self.grapheme_head(features)
     return logits
 
 
-def consonant_from_parts(part_logits):
-  """[B, 4] independent part logits -> [B, 7] log-probabilities of the Kaggle classes.
+def consonant_from_parts(part_logits, patterns):
+  """[B, 4] independent part logits -> [B, C] log-probabilities of the consonant classes
+  whose part `patterns` [C, 4] are given (classes.consonant_parts: 7 Kaggle classes, or 8).
 
-  Each class's score is the log-likelihood of its part pattern (classes.CONSONANT_PARTS),
-  renormalised over the 7 patterns that exist: a class seen in few graphemes (3: reph +
-  ya-phala) scores high whenever each of its parts does."""
-  parts = jnp.asarray(classes.CONSONANT_PARTS, jnp.float32)  # [7, 4]
+  Each class's score is the log-likelihood of its part pattern, renormalised over the
+  patterns that exist: a class seen in few graphemes (3: reph + ya-phala) scores high
+  whenever each of its parts does."""
+  parts = jnp.asarray(patterns, jnp.float32)
   on, off = jax.nn.log_sigmoid(part_logits), jax.nn.log_sigmoid(-part_logits)
   return jax.nn.log_softmax(on @ parts.T + off @ (1 - parts).T, -1)
 

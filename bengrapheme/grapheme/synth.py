@@ -3,8 +3,11 @@
   python -m bengrapheme.grapheme.synth --out DATA --train 20000 --test 4000 --seed 0
 
 writes train.csv, train_image_data_{0..3}.parquet, test.csv, test_image_data_{0..3}.parquet,
-sample_submission.csv, class_map.csv, and the test answers in test_labels.csv
-(image_id,grapheme_root,vowel_diacritic,consonant_diacritic,grapheme,seen,font).
+sample_submission.csv, class_map.csv, the test answers in test_labels.csv
+(image_id,grapheme_root,vowel_diacritic,consonant_diacritic,grapheme,seen,font), and the
+March 2020 label update as Kaggle added it: class_map_corrected.csv (consonant class 7, reph +
+ra-phala) and train_multi_diacritics.csv (train.csv's rows of the three graphemes that carry
+both, relabelled 7).
 
 Each image is a grapheme drawn in a Bengali font, then warped to look handwritten: random
 size, position, rotation, shear and aspect, elastic wobble, stroke width, uneven ink, blur,
@@ -287,8 +290,14 @@ def _write_tables(out_dir, train, test):
   _write_csv(os.path.join(out_dir, 'test.csv'), ['row_id', 'image_id', 'component'], row_ids)
   _write_csv(os.path.join(out_dir, 'sample_submission.csv'), ['row_id', 'target'],
              [(row_id, 0) for row_id, _, _ in row_ids])
-  _write_csv(os.path.join(out_dir, 'class_map.csv'), ['component_type', 'label', 'component'],
+  _write_csv(os.path.join(out_dir, 'class_map.csv'), kaggle.CLASS_MAP_COLUMNS,
              classes.class_map())
+  # The March 2020 update: the train rows of reph + ra-phala graphemes, consonant class 7.
+  _write_csv(os.path.join(out_dir, kaggle.CLASS_MAP_CORRECTED), kaggle.CLASS_MAP_COLUMNS,
+             classes.class_map_corrected())
+  _write_csv(os.path.join(out_dir, kaggle.MULTI_DIACRITICS), kaggle.LABEL_COLUMNS,
+             [(row[0], row[1], row[2], classes.REPH_RA_PHALA, row[4]) for row in train
+              if row[4] in classes.MULTI_DIACRITIC_GRAPHEMES])
   _write_csv(os.path.join(out_dir, 'test_labels.csv'),
              ['image_id', *kaggle.COMPONENTS, 'grapheme', 'seen', 'font'],
              [(*row[:5], int(row[7]), row[6]) for row in test])

@@ -2,7 +2,6 @@
 import csv
 import json
 import os
-import shutil
 
 import numpy as np
 import pytest
@@ -87,28 +86,6 @@ def test_predict_windows_read_the_test_images_in_order(grapheme_data, window_row
   for window_ids, source in windows:
     for k, image_id in enumerate(window_ids):
       np.testing.assert_array_equal(source[k]['image'], prepared[row[image_id]]['image'])
-
-
-def test_evaluate_kaggle_folder_without_test_labels(grapheme_data, grapheme_trained, tmp_path):
-  """Kaggle's test.csv has no labels: launch.evaluate scores val, says in one line that it
-  skipped test and why, and still writes metrics.json and the report."""
-  kaggle_dir = tmp_path / 'bengaliai-cv19'
-  kaggle_dir.mkdir()
-  for name in os.listdir(grapheme_data):
-    if name != 'test_labels.csv':
-      os.symlink(os.path.join(grapheme_data, name), kaggle_dir / name)
-  workdir = tmp_path / 'workdir'
-  shutil.copytree(grapheme_trained, workdir)
-  shutil.rmtree(workdir / 'eval', ignore_errors=True)
-  result = run_module('launch.evaluate', f'--config={CONFIG}', '--data', kaggle_dir,
-                      '--workdir', workdir)
-  skip_lines = [line for line in result.stdout.splitlines() if line.startswith('Skipping')]
-  assert len(skip_lines) == 1 and "split 'test' has no labels" in skip_lines[0]
-  with open(workdir / 'eval' / 'metrics.json') as f:
-    report = json.load(f)
-  assert 0 <= report['val']['score'] <= 1 and 'test' not in report
-  assert "split 'test' has no labels" in report['skipped']['test']
-  assert (workdir / 'eval' / 'report.html').stat().st_size > 0
 
 
 def test_submission_is_never_partial(tmp_path):
