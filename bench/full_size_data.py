@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from bengrapheme import files
-from bengrapheme.grapheme import kaggle, synth
+from bengrapheme.grapheme import classes, kaggle, synth
 
 KAGGLE_TRAIN_IMAGES = 200_840  # train.csv; the test set is "essentially the same size"
 
@@ -74,8 +74,7 @@ def write(out_dir, num_train, num_test, tile=2000, seed=0, workers=None, log=pri
       rows = [labels[p] for p in picks]
       columns = [*kaggle.COMPONENTS, 'grapheme']
       if split == 'train':
-        _write_csv(out / 'train.csv', kaggle.LABEL_COLUMNS,
-                   [[i, *(r[c] for c in columns)] for i, r in zip(ids, rows)])
+        write_train_tables(out, ids, rows)
       else:
         components = sorted(kaggle.COMPONENTS)
         test_rows = [(f'{i}_{c}', i, c) for i in ids for c in components]
@@ -85,8 +84,21 @@ def write(out_dir, num_train, num_test, tile=2000, seed=0, workers=None, log=pri
         _write_csv(out / 'test_labels.csv', [*kaggle.LABEL_COLUMNS, 'seen', 'font'],
                    [[i, *(r[c] for c in columns), r['seen'], r['font']]
                     for i, r in zip(ids, rows)])
-    shutil.copyfile(os.path.join(tile_dir, 'class_map.csv'), out / 'class_map.csv')
+    for name in ('class_map.csv', kaggle.CLASS_MAP_CORRECTED):
+      shutil.copyfile(os.path.join(tile_dir, name), out / name)
   return time.perf_counter() - start
+
+
+def write_train_tables(out, ids, rows):
+  """train.csv, and train_multi_diacritics.csv (the March 2020 update: the rows of the
+  reph + ra-phala graphemes, consonant class 7), from label rows (dicts) of the tile."""
+  columns = [*kaggle.COMPONENTS, 'grapheme']
+  _write_csv(out / 'train.csv', kaggle.LABEL_COLUMNS,
+             [[i, *(r[c] for c in columns)] for i, r in zip(ids, rows)])
+  _write_csv(out / kaggle.MULTI_DIACRITICS, kaggle.LABEL_COLUMNS,
+             [[i, r['grapheme_root'], r['vowel_diacritic'], classes.REPH_RA_PHALA,
+               r['grapheme']] for i, r in zip(ids, rows)
+              if r['grapheme'] in classes.MULTI_DIACRITIC_GRAPHEMES])
 
 
 def _write_csv(path, header, rows):
