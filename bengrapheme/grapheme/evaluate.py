@@ -138,10 +138,12 @@ def predict(config, model, workdir):
     raise ValueError(f"config.predict.read={config.predict.read!r}: expected 'stream' or "
                      "'prepared'")
   if config.data.format == 'kaggle' and config.predict.read == 'stream':
+    # Checked whole before the first image is predicted: a bad file never costs a run.
+    split = kaggle.validate(config.data.dir, 'test')
     image_ids = []
 
     def sources():
-      for ids, source in _test_windows(config.data.dir, config.predict.window_rows):
+      for ids, source in _test_windows(split, config.predict.window_rows):
         image_ids.extend(ids)
         yield source
         del source  # before the next window is decoded: memory holds one at a time
@@ -164,16 +166,16 @@ def predict(config, model, workdir):
   return path
 
 
-def _test_windows(data_dir, window_rows):
-  """Yields (image ids, grain source) for the test split's images in file order,
-  `window_rows` at a time (0: a whole file), each decoded only when iteration reaches it.
-  Peak memory is one window's pixels (32 KB an image), whatever the number of images; a
-  window smaller than a one-row-group file decodes that file once per window.
+def _test_windows(split, window_rows):
+  """Yields (image ids, grain source) for the images of a validated split (kaggle.Split) in
+  file order, `window_rows` at a time (0: a whole file), each decoded only when iteration
+  reaches it. Peak memory is one window's pixels (32 KB an image), whatever the number of
+  images; a window smaller than a one-row-group file decodes that file once per window.
   """
   if window_rows < 0:
     raise ValueError(f'config.predict.window_rows must be >= 0 (0: a whole file at a time), '
                      f'got {window_rows}')
-  for shard in kaggle.validate(data_dir, 'test').shards:
+  for shard in split.shards:
     n = len(shard.image_ids)
     size = window_rows or n
     for begin in range(0, n, size):

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from bengrapheme.grapheme import evaluate
+from bengrapheme.grapheme import evaluate, kaggle
 from conftest import run_module
 
 CONFIG = 'configs/grapheme.py:test'
@@ -77,7 +77,7 @@ def test_predict_windows_read_the_test_images_in_order(grapheme_data, window_row
   """predict's windows over the test parquet files hold exactly the prepared images."""
   from bengrapheme.grapheme import prepare
   prepared = prepare.GraphemeSource(prepare.prepare(grapheme_data, 'test', tmp_path))
-  windows = list(evaluate._test_windows(grapheme_data, window_rows))
+  windows = list(evaluate._test_windows(kaggle.validate(grapheme_data, 'test'), window_rows))
   ids = [i for window_ids, _ in windows for i in window_ids]
   assert sorted(ids) == sorted(prepared.image_ids)
   if window_rows:
@@ -89,7 +89,7 @@ def test_predict_windows_read_the_test_images_in_order(grapheme_data, window_row
 
 
 def test_submission_is_never_partial(tmp_path):
-  from bengrapheme.grapheme import evaluate
+  from bengrapheme.grapheme import evaluate, kaggle
   path = str(tmp_path / 'submission.csv')
   with pytest.raises(ValueError, match='3 row ids but 2 targets'):
     evaluate.write_submission(path, ['a', 'b', 'c'], [1, 2])
