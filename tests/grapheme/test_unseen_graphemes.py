@@ -96,7 +96,7 @@ def test_kaggle_folder_and_rendered_images_share_one_stream(grapheme_data, tmp_p
     np.testing.assert_array_equal(next(again)['image'], expected)
   # The stream's class counts are recorded for the prior correction.
   counts = data.class_counts(workdir)
-  assert [len(c) for c in counts] == list(kaggle.NUM_CLASSES)
+  assert [len(c) for c in counts] == list(classes.num_classes(config.data.corrected_labels))
   real_roots = np.bincount(real.labels[:, 0], minlength=168)
   drawn_roots = np.bincount(drawn.labels[:, 0], minlength=168)
   np.testing.assert_allclose(counts[0], 0.75 * real_roots + 0.25 * len(real) * drawn_roots / 24)
