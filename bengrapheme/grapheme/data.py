@@ -24,9 +24,10 @@ def _source(config, workdir, split):
     if not config.data.tfds_dir:
       raise ValueError("config.data.format='tfds' needs config.data.tfds_dir, a TFDS data "
                        'dir holding a bengaliai build')
-    if config.data.corrected_labels:
+    if split == 'train' and config.data.corrected_labels:
       raise ValueError("config.data.corrected_labels reads train_multi_diacritics.csv from a "
-                       "Kaggle folder: it needs config.data.format='kaggle'")
+                       "Kaggle folder (a TFDS build holds train.csv's labels): set "
+                       "config.data.format='kaggle' or config.data.corrected_labels=False")
     # Imported only here: tensorflow_datasets takes ~0.5 s to import.
     from bengrapheme.grapheme import tfds_bengaliai
     return tfds_bengaliai.TfdsGraphemeSource(config.data.tfds_dir, split)
