@@ -41,8 +41,6 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-
 from bench import common
 
 DATA_ROOT = pathlib.Path(os.environ.get('BENCH_REAL_SIZES', '/tmp/bengrapheme-real-sizes'))

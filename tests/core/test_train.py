@@ -89,7 +89,6 @@ def test_predict_windows_read_the_test_images_in_order(grapheme_data, window_row
 
 
 def test_submission_is_never_partial(tmp_path):
-  from bengrapheme.grapheme import evaluate, kaggle
   path = str(tmp_path / 'submission.csv')
   with pytest.raises(ValueError, match='3 row ids but 2 targets'):
     evaluate.write_submission(path, ['a', 'b', 'c'], [1, 2])

@@ -2,10 +2,7 @@
 validation split of held-out graphemes, factorised consonant heads and the prediction rule."""
 import collections
 import hashlib
-import json
-import os
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
