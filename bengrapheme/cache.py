@@ -2,10 +2,17 @@
 
 A cache entry is the folder CACHE_DIR/NAME-KEY. KEY hashes `params` (a layout version, the
 sizes it was built for) and the source files' names, sizes and mtimes, so a changed file or
-setting gets a new folder, and an unchanged one is reused without reading a byte of it. An
+setting gets a new folder, and an unchanged one is reused without reading its sources. An
 entry is built under a temporary name, its files fsynced, then renamed into place
 (bengrapheme/files.py), so a crash or a full disk never leaves a half-built folder under a
-name that would be reused; `cache.json`, written last, marks it complete.
+name that would be reused; `cache.json`, written last, marks it complete. A build that fills
+the disk removes its temporary folder and raises files.OutOfSpace saying so.
+
+`cache.json` also holds every file's size and a cheap fingerprint (a hash of
+18 blocks spread over the file: ~1 MB read whatever its size). An entry is checked
+against them each time it is opened, so one whose files were truncated or replaced since it
+was built is named, removed and rebuilt rather than read as garbage. A change confined to
+bytes between the sampled blocks goes unnoticed: the check is for damage, not tampering.
 
 On a multi-process job process 0 builds while the others wait at a barrier; a process that
 then finds no entry (its cache dir is not shared with process 0's host) builds its own.
@@ -56,19 +63,81 @@ def is_complete(entry):
   return (pathlib.Path(entry) / MARKER).exists()
 
 
+def damage(entry):
+  """Why the files of the complete `entry` differ from what was built; None when they match."""
+  try:
+    built = json.loads((entry / MARKER).read_text())['files']
+  except (OSError, ValueError, KeyError) as e:
+    return f'{entry / MARKER} does not list the sizes and fingerprints of its files ({e})'
+  for name, (size, fingerprint) in sorted(built.items()):
+    path = entry / name
+    if not path.is_file():
+      return f'{path} is missing'
+    if path.stat().st_size != size:
+      return (f'{path} holds {path.stat().st_size:,} bytes, {size:,} when it was built '
+              '(truncated or replaced)')
+    if _fingerprint(path) != fingerprint:
+      return f'{path} has other content than when it was built (its fingerprint differs)'
+  return None
+
+
+BLOCK, BLOCKS = 64 << 10, 18
+
+
+def _fingerprint(path):
+  """sha256 of BLOCKS blocks of BLOCK bytes evenly spread from the start to the end of the
+  file (the whole of a smaller file): cheap enough to check a 6 GB file on every open."""
+  size = path.stat().st_size
+  digest = hashlib.sha256()
+  with open(path, 'rb') as f:
+    if size <= BLOCK * BLOCKS:
+      digest.update(f.read())
+    else:
+      for i in range(BLOCKS):
+        f.seek(i * (size - BLOCK) // (BLOCKS - 1))
+        digest.update(f.read(BLOCK))
+  return digest.hexdigest()[:32]
+
+
 def _build_if_missing(entry, build, meta):
   if is_complete(entry):
-    return
+    problem = damage(entry)
+    if problem is None:
+      return
+    print(f'Prepared data {entry} is damaged: {problem}. Removing and rebuilding it.',
+          flush=True)
+    _remove(entry)
   entry.parent.mkdir(parents=True, exist_ok=True)
   files.remove_abandoned(entry.parent)
   try:
     with files.atomic_dir(entry) as tmp:
       build(tmp)
-      (tmp / MARKER).write_text(json.dumps(meta, indent=1))
+      built = {str(path.relative_to(tmp)): (path.stat().st_size, _fingerprint(path))
+               for path in sorted(tmp.rglob('*')) if path.is_file()}
+      (tmp / MARKER).write_text(json.dumps(dict(meta, files=built), indent=1))
   except FileExistsError:
     if not is_complete(entry):  # what another process renamed into place must be whole
       raise
+  except Exception as e:  # pylint: disable=broad-except
+    if files.out_of_space(e):
+      raise files.OutOfSpace(
+          f'{entry}: the disk filled up while building it ({files.space_left(entry.parent)}; '
+          f'{type(e).__name__}: {e}). The partial build was removed: nothing half-built is '
+          'left. Free space there (or set config.data.cache_dir to a larger disk) and rerun; '
+          'the build starts over.') from e
+    raise
   _remove_stale(entry, meta)
+
+
+def _remove(entry):
+  """Takes a damaged entry out of its name at once (a rename), then deletes it; a crash in
+  between leaves a temporary that files.remove_abandoned deletes later."""
+  doomed = entry.parent / files.temporary_name(f'{entry.name}.damaged')
+  try:
+    entry.rename(doomed)
+  except FileNotFoundError:  # another process took it away first
+    return
+  shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _remove_stale(entry, meta):

@@ -13,6 +13,7 @@ An object store has no rename, but an object appears only once its upload comple
 for a bucket is written locally, then uploaded.
 """
 import contextlib
+import errno
 import os
 import pathlib
 import shutil
@@ -63,6 +64,59 @@ def atomic_file(path, mode='w', **open_args):
       shutil.rmtree(folder, ignore_errors=True)
     elif os.path.exists(local):
       os.remove(local)
+
+
+def open_memmap(path, dtype, shape):
+  """A new .npy file at local `path` memory-mapped for writing, its blocks allocated first.
+
+  Writing into a memory map on a full disk kills the process with SIGBUS, leaving no message;
+  allocating the whole file before mapping it fails instead with an ordinary OSError (ENOSPC)
+  that names the file, before any byte is written.
+  """
+  dtype = np.dtype(dtype)
+  with open(path, 'wb') as f:
+    np.lib.format.write_array_header_1_0(f, {'descr': np.lib.format.dtype_to_descr(dtype),
+                                             'fortran_order': False, 'shape': tuple(shape)})
+    size = f.tell() + dtype.itemsize * int(np.prod(shape))
+    try:
+      os.posix_fallocate(f.fileno(), 0, size)
+    except OSError as e:
+      raise OSError(e.errno, f'{e.strerror} (allocating {size:,} bytes)', str(path)) from None
+  return np.lib.format.open_memmap(path, mode='r+')
+
+
+class OutOfSpace(OSError):
+  """A write failed because its disk or quota is full; the message says where, what is left
+  and what to do."""
+
+
+def out_of_space(error):
+  """Whether `error`, or an error it was raised from, is a full disk or quota. Orbax
+  (tensorstore) reports one as a ValueError that carries the OS message."""
+  codes = (errno.ENOSPC, errno.EDQUOT)
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if isinstance(error, OSError) and error.errno in codes:
+      return True
+    if any(os.strerror(code) in str(error) for code in codes):
+      return True
+    error = error.__cause__ or error.__context__
+  return False
+
+
+def space_left(path):
+  """'X MiB free of Y MiB' on the filesystem holding the local `path` (or its nearest
+  existing parent)."""
+  path = os.path.abspath(path)
+  while not os.path.exists(path):
+    path = os.path.dirname(path)
+  usage = shutil.disk_usage(path)
+  return f'{_mib(usage.free)} free of {_mib(usage.total)}'
+
+
+def _mib(size):
+  return f'{size / 2**20:,.1f} MiB'
 
 
 def write_atomic(path, data):

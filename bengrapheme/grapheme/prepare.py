@@ -8,7 +8,8 @@ means decoding a 1.6 GB file. `prepare` validates the split and writes it row-ma
     labels.npy   int32 [N, 3] (grapheme_root, vowel_diacritic, consonant_diacritic), -1 unknown
     index.json   image ids and grapheme strings, in row order
     meta.json    layout version, split, number of images
-    cache.json   the cache key and source (written last: the entry is complete)
+    cache.json   the cache key, source, and each file's size and fingerprint (written last:
+                 the entry is complete; checked on every open, bengrapheme/cache.py)
 
 Why a plain memory-mapped .npy: an image is a fixed 32,332 bytes at offset i * 32,332, so a
 read is one memcpy from the page cache with no decoding, index lookup or record framing, and
@@ -25,7 +26,7 @@ import pathlib
 
 import numpy as np
 
-from bengrapheme import cache
+from bengrapheme import cache, files
 from bengrapheme.grapheme import classes
 from bengrapheme.grapheme import kaggle
 
@@ -104,8 +105,7 @@ class GraphemeSource:
 
 def _write_images(path, data):
   n = len(data.image_ids)
-  images = np.lib.format.open_memmap(path / 'images.npy', mode='w+', dtype=np.uint8,
-                                     shape=(n, kaggle.HEIGHT, kaggle.WIDTH))
+  images = files.open_memmap(path / 'images.npy', np.uint8, (n, kaggle.HEIGHT, kaggle.WIDTH))
   rows = {image_id: i for i, image_id in enumerate(data.image_ids)}
   # One parquet file at a time, straight into the map: memory stays at one column block.
   for shard in data.shards:

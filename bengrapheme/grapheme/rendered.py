@@ -19,7 +19,7 @@ import os
 import numpy as np
 import tqdm
 
-from bengrapheme import cache
+from bengrapheme import cache, files
 from bengrapheme.grapheme import classes, kaggle, prepare, synth, unseen
 
 RENDER_CODE = 2  # the generator seed's split code: synth uses 0 (train) and 1 (test)
@@ -55,8 +55,8 @@ def source(config, cache_dir):
 
   def build(folder):
     rows = plan(config)
-    images = np.lib.format.open_memmap(folder / 'images.npy', mode='w+', dtype=np.uint8,
-                                       shape=(len(rows), kaggle.HEIGHT, kaggle.WIDTH))
+    images = files.open_memmap(folder / 'images.npy', np.uint8,
+                               (len(rows), kaggle.HEIGHT, kaggle.WIDTH))
     jobs = [(text, font, [config.unseen.seed, RENDER_CODE, i])
             for i, (*_, text, font) in enumerate(rows)]
     workers = config.render.workers or len(os.sched_getaffinity(0))
