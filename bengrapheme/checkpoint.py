@@ -7,26 +7,40 @@ Orbax writes each step into a temporary folder and renames it when complete, and
 steps only after that, so a crash mid-save leaves the previous good checkpoint in place. A
 checkpoint damaged later (a truncated or missing file, garbage) is named, moved aside to
 `STEP.damaged` and skipped; restoring falls back to the newest good one.
+
+Only the run that owns the workdir (bengrapheme/workdir_lock.py) writes here, so its manager
+removes the partial saves that killed runs left. Evaluation and prediction open a read-only
+manager: they read beside a training run and change nothing. A save that finds the disk full
+stops training with `out_of_space_message`; the steps already saved stay complete.
 """
 import json
 import os
+import shutil
 import signal
 
 import grain
 import jax
 import orbax.checkpoint as ocp
+from etils import epath
 from jax.experimental import multihost_utils
+
+from bengrapheme import files
 
 
 class ModelMismatchError(ValueError):
   """The checkpoint was written by a different model or train state layout."""
 
 
-def manager(workdir, *, keep=3, every=None):
-  """A manager for `workdir/checkpoints`; saves every `every` steps (and when forced)."""
+def manager(workdir, *, keep=3, every=None, read_only=False):
+  """A manager for `workdir/checkpoints`; saves every `every` steps (and when forced).
+
+  read_only: for readers beside a training run (evaluate, predict), which must neither save,
+  delete, nor clean up the trainer's saves in flight.
+  """
   options = ocp.CheckpointManagerOptions(
-      max_to_keep=keep, save_interval_steps=every or 1, create=True,
-      enable_async_checkpointing=True)
+      max_to_keep=keep, save_interval_steps=every or 1, create=not read_only,
+      enable_async_checkpointing=True, read_only=read_only,
+      cleanup_tmp_directories=not read_only)
   # Handlers registered up front, so that a fresh process can read a step's metadata
   # (to check it against the model) before restoring anything.
   registry = ocp.handlers.DefaultCheckpointHandlerRegistry()
@@ -53,14 +67,16 @@ def save(mngr, step, state, data_iterator=None, force=False):
   return mngr.save(step, args=ocp.args.Composite(**items), force=force)
 
 
-def restore(mngr, abstract_state, data_iterator=None):
+def restore(mngr, abstract_state, data_iterator=None, *, read_only=False):
   """Restores the newest good step into `abstract_state`'s shapes and shardings.
 
   The iterator, when given, is set to its saved position in place. Damaged steps are
-  reported, moved aside and skipped. Returns (step, state), or (None, None) when there is no
-  checkpoint. Raises ModelMismatchError when the checkpoint holds another model, and
-  RuntimeError when every checkpoint is damaged (starting over would silently lose them).
+  reported, moved aside (left in place when `read_only`) and skipped. Returns (step, state),
+  or (None, None) when there is no checkpoint. Raises ModelMismatchError when the checkpoint
+  holds another model, and RuntimeError when every checkpoint is damaged (starting over would
+  silently lose them).
   """
+  skip = _report if read_only else _set_aside
   steps = sorted(mngr.all_steps(), reverse=True)
   damaged = []
   for step in steps:
@@ -68,7 +84,7 @@ def restore(mngr, abstract_state, data_iterator=None):
     try:
       saved = mngr.item_metadata(step)['state'].tree
     except Exception as e:  # pylint: disable=broad-except
-      damaged.append(_set_aside(mngr, path, e))
+      damaged.append(skip(mngr, path, e))
       continue
     _check_same_layout(path, saved, abstract_state)
     try:
@@ -76,14 +92,14 @@ def restore(mngr, abstract_state, data_iterator=None):
           step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)))
       positions = None if data_iterator is None else _input_positions(path)
     except Exception as e:  # pylint: disable=broad-except
-      damaged.append(_set_aside(mngr, path, e))
+      damaged.append(skip(mngr, path, e))
       continue
     if data_iterator is not None:
       data_iterator.set_state(_one_position(path, positions))
     return step, restored['state']
   if damaged:
-    raise RuntimeError(f'every checkpoint in {mngr.directory} is damaged (moved aside: '
-                       f'{", ".join(damaged)}); delete them to start over')
+    raise RuntimeError(f'every checkpoint in {mngr.directory} is damaged ({", ".join(damaged)})'
+                       '; delete them to start over')
   return None, None
 
 
@@ -109,6 +125,17 @@ def _one_position(path, positions):
   return next(iter(positions.values()))
 
 
+def _report(mngr, path, error):
+  """Names a step a reader could not read, leaving it to the run that owns the workdir."""
+  del mngr
+  if not path.exists():  # the training run deleted it meanwhile (it keeps the newest few)
+    print(f'Checkpoint {path} was deleted while being read; trying an older one.', flush=True)
+    return f'{path}: deleted while read'
+  print(f'Checkpoint {path} is damaged ({type(error).__name__}: {str(error)[:300]}); '
+        'skipping it (left in place: only a training run moves it aside).', flush=True)
+  return f'{path}: left in place'
+
+
 def _set_aside(mngr, path, error):
   """Renames a damaged step folder so Orbax never lists it again; returns the new name."""
   target = path.parent / f'{path.name}.damaged'
@@ -123,7 +150,7 @@ def _set_aside(mngr, path, error):
     path.rename(target)
   multihost_utils.sync_global_devices(f'checkpoint set aside {path}')
   mngr.reload()
-  return str(target)
+  return f'moved aside to {target}'
 
 
 def _check_same_layout(path, saved_tree, abstract_state):
@@ -153,6 +180,28 @@ def _shapes(tree):
 
   leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
   return {'/'.join(name(k) for k in path): tuple(leaf.shape) for path, leaf in leaves}
+
+
+def out_of_space_message(workdir, error):
+  """What to tell when `error`, a full disk or quota, stopped training in `workdir`.
+
+  Removes the partial save (Orbax never lists it, but it holds space the rerun needs) and
+  names the newest complete step, which the rerun resumes from.
+  """
+  folder = epath.Path(directory(workdir))
+  space = ''
+  if not files.is_bucket(workdir):
+    if jax.process_index() == 0:
+      for partial in folder.glob('*.orbax-checkpoint-tmp*'):
+        shutil.rmtree(partial, ignore_errors=True)
+    space = f' ({files.space_left(workdir)} once the partial save was removed)'
+  steps = [int(p.name) for p in folder.glob('*') if p.name.isdigit()]
+  kept = (f'the newest complete checkpoint, {folder}/{max(steps)}, is intact and restorable'
+          if steps else 'no checkpoint had been completed yet')
+  return (f'Out of disk space writing to {workdir}{space}: {type(error).__name__}: '
+          f'{str(error)[:600]}\nTraining stopped; {kept}. Free space (or keep fewer '
+          'checkpoints: --config.train.keep_checkpoints) and rerun the same command to '
+          'resume.')
 
 
 def abstract(tree):

@@ -21,7 +21,8 @@ import optax
 import tqdm
 from flax import nnx
 
-from bengrapheme import augment, checkpoint, evaluation, files, logs, parallel, report
+from bengrapheme import (augment, checkpoint, evaluation, files, logs, parallel, report,
+                         workdir_lock)
 
 
 def default_config():
@@ -173,6 +174,8 @@ def check_finite(state, config):
 
 def train(config, workdir):
   """Trains `config` in `workdir`, resuming from its newest checkpoint; returns the state."""
+  # Before any work: a second run on this workdir stops here, naming the one that holds it.
+  workdir_lock.acquire(workdir)
   # From here on SIGTERM means "save the current step and stop", exit status 0.
   preemption = checkpoint.Preemption()
   task = load_task(config)
@@ -249,6 +252,7 @@ def train(config, workdir):
   ckpt.wait_until_finished()
   ckpt.close()
   logger.close()
+  workdir_lock.release(workdir)
   return state
 
 
@@ -273,12 +277,15 @@ def trained_model(config, workdir):
   task = load_task(config)
   mesh = parallel.make_mesh(config.mesh)
   graphdef, state = init_state(config, task, mesh)
-  ckpt = checkpoint.manager(workdir, keep=config.train.keep_checkpoints)
-  step, restored = checkpoint.restore(ckpt, checkpoint.abstract(state))
+  # Read-only: this may run while a training run writes the workdir (it holds the lock).
+  ckpt = checkpoint.manager(workdir, keep=config.train.keep_checkpoints, read_only=True)
+  step, restored = checkpoint.restore(ckpt, checkpoint.abstract(state), read_only=True)
   ckpt.close()
   if restored is None:
     raise FileNotFoundError(f'no checkpoint in {os.path.join(workdir, "checkpoints")}: '
                             'train first (python -m launch.train ... --workdir same dir)')
+  print(f'Using the checkpoint of step {step} ({checkpoint.directory(workdir)}/{step}), the '
+        'newest complete one.', flush=True)
   return task, evaluation.TrainedModel(apply_fn(graphdef), eval_variables(restored), mesh,
                                        step)
 

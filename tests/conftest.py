@@ -1,5 +1,6 @@
 """Shared fixtures: one tiny synthetic Bengali.AI folder per test session, and a CLI runner."""
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -66,3 +67,22 @@ def fragment_evaluated(fragment_data, tmp_path_factory):
   run_module('launch.train', *args)
   run_module('launch.evaluate', *args)
   return workdir
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+  """mount(size) mounts a tmpfs of `size` (e.g. '8m') at tmp_path/disk, or resizes it, and
+  returns the folder (a pathlib.Path); unmounted at the end. Needs root (CI runs as root)."""
+  if os.geteuid() != 0:
+    pytest.skip('mounting a small filesystem needs root (CI runs the tests as root)')
+  disk = pathlib.Path(tmp_path) / 'disk'
+  disk.mkdir()
+
+  def mount(size):
+    options = f'remount,size={size}' if os.path.ismount(disk) else f'size={size}'
+    subprocess.run(['mount', '-t', 'tmpfs', '-o', options, 'tmpfs', str(disk)], check=True)
+    return disk
+
+  yield mount
+  if os.path.ismount(disk):
+    subprocess.run(['umount', str(disk)], check=True)

@@ -6,9 +6,6 @@ rerun after space is freed builds it whole. The mechanism is tested on a cheap s
 then once on each real cache (prepare's Kaggle conversion, the fragment patches). The
 full-disk cases mount a small tmpfs, which needs root (CI runs as root).
 """
-import os
-import subprocess
-
 import numpy as np
 import pytest
 
@@ -78,25 +75,6 @@ def test_an_intact_entry_is_reused_untouched(tmp_path, source, capsys):
   assert entry_in(tmp_path, source) == entry
   assert {p.name: p.stat().st_mtime_ns for p in entry.iterdir()} == before
   assert 'damaged' not in capsys.readouterr().out
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-  """mount(size) mounts a tmpfs of `size` at tmp_path/disk (again: resizes it); unmounted
-  at the end."""
-  if os.geteuid() != 0:
-    pytest.skip('mounting a small filesystem needs root (CI runs the tests as root)')
-  disk = tmp_path / 'disk'
-  disk.mkdir()
-
-  def mount(size):
-    options = f'remount,size={size}' if os.path.ismount(disk) else f'size={size}'
-    subprocess.run(['mount', '-t', 'tmpfs', '-o', options, 'tmpfs', str(disk)], check=True)
-    return disk
-
-  yield mount
-  if os.path.ismount(disk):
-    subprocess.run(['umount', str(disk)], check=True)
 
 
 def assert_out_of_space_said_so(error, cache_dir):
