@@ -5,6 +5,12 @@ channel count of the first stage (64 in the paper). The `small` stem (3x3 conv, 
 keeps detail in low-resolution inputs such as 64x112 graphemes; the `imagenet` stem (7x7
 stride-2 conv + max-pool) is the paper's. Parameters stay float32; `dtype` sets the compute
 dtype (bfloat16 on accelerators).
+
+With `stem='imagenet', width=64, padding='symmetric'` the layers are torchvision's (and timm's)
+resnet18/34/50/101 exactly, so their published weights load through `model.init_from`
+(bengrapheme/models/pytorch_weights.py). `padding` is how a strided layer pads an even-sized
+input: 'same' (XLA's: one pixel after) or 'symmetric' (PyTorch's: k // 2 on both sides, what
+those weights were trained with). For odd sizes the two agree.
 """
 import functools
 
@@ -53,30 +59,51 @@ def _conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None,
   return jnp.dot(patches, rhs.reshape(-1, rhs.shape[-1]), precision=precision)
 
 
-def _conv(cin, cout, kernel, stride, dtype, rngs):
-  return nnx.Conv(cin, cout, (kernel, kernel), strides=stride, padding='SAME',
+PADDINGS = ('same', 'symmetric')
+
+
+def conv_padding(kernel, stride, padding):
+  """nnx.Conv's padding for model.padding ('same' or 'symmetric', see the module doc)."""
+  if padding == 'same':
+    return 'SAME'
+  p = (stride - 1 + kernel - 1) // 2  # PyTorch's k // 2 for odd k; timm's get_padding
+  return ((p, p), (p, p))
+
+
+def _conv(cin, cout, kernel, stride, dtype, rngs, padding='same', groups=1):
+  return nnx.Conv(cin, cout, (kernel, kernel), strides=stride,
+                  padding=conv_padding(kernel, stride, padding), feature_group_count=groups,
                   use_bias=False, dtype=dtype, conv_general_dilated=_conv_general_dilated,
                   rngs=rngs)
 
 
-def _pool_phases(x):
-  """SAME-pads x [B, H, W, C] with -inf for a 3x3 stride-2 window and splits rows and columns
+def _pool_pads(height, width, padding):
+  """(top, left) padding of the 3x3 stride-2 max-pool. Both kinds give ceil(n / 2) outputs;
+  PyTorch's MaxPool2d(3, 2, padding=1) always pads one pixel before."""
+  if padding == 'symmetric':
+    return 1, 1
+  (top, _), (left, _) = lax.padtype_to_pads((height, width), (3, 3), (2, 2), 'SAME')
+  return top, left
+
+
+def _pool_phases(x, padding):
+  """Pads x [B, H, W, C] with -inf for a 3x3 stride-2 window and splits rows and columns
   by parity: [B, Ho + 1, 2, Wo + 1, 2, C]. Tap (i, j) of output pixel (r, c) is then
   phases[:, r + i // 2, i % 2, c + j // 2, j % 2], so every tap is a plain slice."""
   batch, height, width, channels = x.shape
   out_h, out_w = -(-height // 2), -(-width // 2)
-  (top, _), (left, _) = lax.padtype_to_pads((height, width), (3, 3), (2, 2), 'SAME')
+  top, left = _pool_pads(height, width, padding)
   x = jnp.pad(x, ((0, 0), (top, 2 * out_h + 2 - height - top),
                   (left, 2 * out_w + 2 - width - left), (0, 0)), constant_values=-jnp.inf)
-  return x.reshape(batch, out_h + 1, 2, out_w + 1, 2, channels), (top, left)
+  return x.reshape(batch, out_h + 1, 2, out_w + 1, 2, channels)
 
 
 _TAPS = [(i, j) for i in range(3) for j in range(3)]
 
 
-def _pool_forward(x, shape):
-  del shape  # static, for the backward pass
-  phases, _ = _pool_phases(x)
+def _pool_forward(x, geometry):
+  _, padding = geometry  # static; the shape is for the backward pass
+  phases = _pool_phases(x, padding)
   out_h, out_w = phases.shape[1] - 1, phases.shape[3] - 1
   y = winner = None
   for t, (i, j) in enumerate(_TAPS):
@@ -89,9 +116,9 @@ def _pool_forward(x, shape):
   return y, winner
 
 
-def _pool_backward(shape, winner, g):
-  batch, height, width, channels = shape
-  (top, _), (left, _) = lax.padtype_to_pads((height, width), (3, 3), (2, 2), 'SAME')
+def _pool_backward(geometry, winner, g):
+  (batch, height, width, channels), padding = geometry
+  top, left = _pool_pads(height, width, padding)
   by_phase = {}
   for t, (i, j) in enumerate(_TAPS):  # each tap's share lands on one parity phase, shifted
     share = jnp.pad(jnp.where(winner == t, g, 0), ((0, 0), (i // 2, 1 - i // 2),
@@ -104,8 +131,9 @@ def _pool_backward(shape, winner, g):
   return (dx[:, top:top + height, left:left + width],)
 
 
-def max_pool_3x3_s2(x):
-  """nnx.max_pool(x, (3, 3), strides=(2, 2), padding='SAME'), same values and gradient.
+def max_pool_3x3_s2(x, padding='same'):
+  """nnx.max_pool(x, (3, 3), strides=(2, 2), padding=...), same values and gradient; padding
+  'same' (XLA's SAME) or 'symmetric' (PyTorch's MaxPool2d(3, 2, padding=1)).
 
   reduce_window's gradient is a select-and-scatter, which XLA's CPU backend expands into a
   variadic reduce-window over four iota index arrays plus a scatter: about 12 % of a
@@ -116,19 +144,28 @@ def max_pool_3x3_s2(x):
   [128, 28, 48, 24]. GPUs and TPUs keep reduce_window, whose select-and-scatter they run
   natively.
   """
-  return lax.platform_dependent(x, cpu=lambda x: _max_pool(x, x.shape), default=_reduce_pool)
+  return lax.platform_dependent(x, cpu=lambda x: _max_pool(x, (x.shape, padding)),
+                                default=lambda x: _reduce_pool(x, padding))
 
 
-def _reduce_pool(x):
-  return nnx.max_pool(x, (3, 3), strides=(2, 2), padding='SAME')
+def _reduce_pool(x, padding):
+  pads = 'SAME' if padding == 'same' else ((1, 1), (1, 1))
+  return nnx.max_pool(x, (3, 3), strides=(2, 2), padding=pads)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
-def _max_pool(x, shape):
-  return _pool_forward(x, shape)[0]
+def _max_pool(x, geometry):
+  return _pool_forward(x, geometry)[0]
 
 
 _max_pool.defvjp(_pool_forward, _pool_backward)
+
+
+def check_args(pool, padding='same'):
+  if pool not in ('avg', 'none'):
+    raise ValueError(f"model.pool={pool!r}: expected 'avg' or 'none'")
+  if padding not in PADDINGS:
+    raise ValueError(f'model.padding={padding!r}: expected one of {PADDINGS}')
 
 
 def _norm(channels, dtype, rngs, zero_init=False):
@@ -142,10 +179,10 @@ def _norm(channels, dtype, rngs, zero_init=False):
 class Shortcut(nnx.Module):
   """The residual path: identity, or a 1x1 projection when the shape changes."""
 
-  def __init__(self, cin, cout, stride, *, dtype, rngs):
+  def __init__(self, cin, cout, stride, *, dtype, rngs, padding='same'):
     self.conv = self.norm = None
     if stride != 1 or cin != cout:
-      self.conv = nnx.data(_conv(cin, cout, 1, stride, dtype, rngs))
+      self.conv = nnx.data(_conv(cin, cout, 1, stride, dtype, rngs, padding))
       self.norm = nnx.data(_norm(cout, dtype, rngs))
 
   def __call__(self, x, train):
@@ -153,36 +190,46 @@ class Shortcut(nnx.Module):
       return x
     return self.norm(self.conv(x), use_running_average=not train)
 
+  def pytorch_layers(self, prefix):
+    if self.conv is None:
+      return []
+    return [(f'{prefix}.downsample.0', self.conv), (f'{prefix}.downsample.1', self.norm)]
+
 
 class BasicBlock(nnx.Module):
   expansion = 1
 
-  def __init__(self, cin, channels, stride, *, dtype, rngs):
+  def __init__(self, cin, channels, stride, *, dtype, rngs, padding='same'):
     cout = channels * self.expansion
-    self.conv1 = _conv(cin, channels, 3, stride, dtype, rngs)
+    self.conv1 = _conv(cin, channels, 3, stride, dtype, rngs, padding)
     self.norm1 = _norm(channels, dtype, rngs)
-    self.conv2 = _conv(channels, cout, 3, 1, dtype, rngs)
+    self.conv2 = _conv(channels, cout, 3, 1, dtype, rngs, padding)
     self.norm2 = _norm(cout, dtype, rngs, zero_init=True)
-    self.shortcut = Shortcut(cin, cout, stride, dtype=dtype, rngs=rngs)
+    self.shortcut = Shortcut(cin, cout, stride, dtype=dtype, rngs=rngs, padding=padding)
 
   def __call__(self, x, train):
     y = nnx.relu(self.norm1(self.conv1(x), use_running_average=not train))
     y = self.norm2(self.conv2(y), use_running_average=not train)
     return nnx.relu(self.shortcut(x, train) + y)
 
+  def pytorch_layers(self, prefix):
+    return [(f'{prefix}.conv1', self.conv1), (f'{prefix}.bn1', self.norm1),
+            (f'{prefix}.conv2', self.conv2), (f'{prefix}.bn2', self.norm2),
+            *self.shortcut.pytorch_layers(prefix)]
+
 
 class Bottleneck(nnx.Module):
   expansion = 4
 
-  def __init__(self, cin, channels, stride, *, dtype, rngs):
+  def __init__(self, cin, channels, stride, *, dtype, rngs, padding='same'):
     cout = channels * self.expansion
-    self.conv1 = _conv(cin, channels, 1, 1, dtype, rngs)
+    self.conv1 = _conv(cin, channels, 1, 1, dtype, rngs, padding)
     self.norm1 = _norm(channels, dtype, rngs)
-    self.conv2 = _conv(channels, channels, 3, stride, dtype, rngs)
+    self.conv2 = _conv(channels, channels, 3, stride, dtype, rngs, padding)
     self.norm2 = _norm(channels, dtype, rngs)
-    self.conv3 = _conv(channels, cout, 1, 1, dtype, rngs)
+    self.conv3 = _conv(channels, cout, 1, 1, dtype, rngs, padding)
     self.norm3 = _norm(cout, dtype, rngs, zero_init=True)
-    self.shortcut = Shortcut(cin, cout, stride, dtype=dtype, rngs=rngs)
+    self.shortcut = Shortcut(cin, cout, stride, dtype=dtype, rngs=rngs, padding=padding)
 
   def __call__(self, x, train):
     y = nnx.relu(self.norm1(self.conv1(x), use_running_average=not train))
@@ -190,31 +237,37 @@ class Bottleneck(nnx.Module):
     y = self.norm3(self.conv3(y), use_running_average=not train)
     return nnx.relu(self.shortcut(x, train) + y)
 
+  def pytorch_layers(self, prefix):
+    return [(f'{prefix}.conv1', self.conv1), (f'{prefix}.bn1', self.norm1),
+            (f'{prefix}.conv2', self.conv2), (f'{prefix}.bn2', self.norm2),
+            (f'{prefix}.conv3', self.conv3), (f'{prefix}.bn3', self.norm3),
+            *self.shortcut.pytorch_layers(prefix)]
+
 
 class Model(nnx.Module):
   """ResNet trunk; `features` is the pooled feature size."""
 
   def __init__(self, *, depth=18, width=64, in_channels=1, stem='small',
-               pool='avg', dtype='float32', rngs):
+               pool='avg', padding='same', dtype='float32', rngs):
     if depth not in LAYOUTS:
       raise ValueError(f'model.depth={depth}: expected one of {sorted(LAYOUTS)}')
     if stem not in ('small', 'imagenet'):
       raise ValueError(f"model.stem={stem!r}: expected 'small' or 'imagenet'")
-    if pool not in ('avg', 'none'):
-      raise ValueError(f"model.pool={pool!r}: expected 'avg' or 'none'")
+    check_args(pool=pool, padding=padding)
     dtype = jnp.dtype(dtype)
     kind, counts = LAYOUTS[depth]
     block = BasicBlock if kind == 'basic' else Bottleneck
-    self.stem_kind, self.pool = stem, pool
+    self.stem_kind, self.pool, self.padding = stem, pool, padding
+    self.depth = depth
     kernel, stride = (3, 1) if stem == 'small' else (7, 2)
-    self.stem_conv = _conv(in_channels, width, kernel, stride, dtype, rngs)
+    self.stem_conv = _conv(in_channels, width, kernel, stride, dtype, rngs, padding)
     self.stem_norm = _norm(width, dtype, rngs)
     blocks, cin = [], width
     for stage, count in enumerate(counts):
       channels = width * 2**stage
       for i in range(count):
         stride = 2 if (i == 0 and (stage > 0 or stem == 'small')) else 1
-        blocks.append(block(cin, channels, stride, dtype=dtype, rngs=rngs))
+        blocks.append(block(cin, channels, stride, dtype=dtype, rngs=rngs, padding=padding))
         cin = channels * block.expansion
     self.blocks = nnx.List(blocks)
     self.features = cin
@@ -222,9 +275,23 @@ class Model(nnx.Module):
   def __call__(self, x, train=False):
     x = nnx.relu(self.stem_norm(self.stem_conv(x), use_running_average=not train))
     if self.stem_kind == 'imagenet':
-      x = max_pool_3x3_s2(x)
+      x = max_pool_3x3_s2(x, self.padding)
     for block in self.blocks:
       x = block(x, train)
     if self.pool == 'none':  # feature map for pooling heads such as GeM / NetVLAD
       return x
     return jnp.mean(x.astype(jnp.float32), axis=(1, 2))
+
+  def pytorch_namings(self):
+    """{naming: ((PyTorch name prefix, layer) in forward order, classifier prefix)} for
+    pytorch_weights.py; torchvision's and timm's resnets name their layers alike."""
+    return {'torchvision/timm': (resnet_layers(self, LAYOUTS[self.depth][1]), 'fc.')}
+
+
+def resnet_layers(model, counts):
+  """torchvision's names for a ResNet-layout trunk (stem_conv, stem_norm, blocks)."""
+  layers = [('conv1', model.stem_conv), ('bn1', model.stem_norm)]
+  names = [f'layer{stage + 1}.{i}' for stage, count in enumerate(counts) for i in range(count)]
+  for name, block in zip(names, model.blocks, strict=True):
+    layers += block.pytorch_layers(name)
+  return layers
