@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -96,26 +95,33 @@ def test_bucket_lease_is_renewed_expires_and_refuses_a_second_holder(tmp_path):
   third.release()
 
 
+RACE = '''
+import sys
+from bengrapheme import workdir_lock
+print('ready', flush=True)
+sys.stdin.readline()  # both start when the test says go
+try:
+  workdir_lock.Lease(sys.argv[1], lease_s=5.0, settle_s=1.0).acquire()
+  print('held')
+except workdir_lock.Busy:
+  print('refused')
+'''
+
+
 def test_bucket_lease_of_two_simultaneous_starts_goes_to_one(tmp_path):
-  leases = [workdir_lock.Lease(str(tmp_path), lease_s=5.0, settle_s=0.5) for _ in range(2)]
-  outcomes = []
-
-  def start(lease):
-    try:
-      lease.acquire()
-      outcomes.append('held')
-    except workdir_lock.Busy:
-      outcomes.append('refused')
-
-  threads = [threading.Thread(target=start, args=(lease,)) for lease in leases]
-  for t in threads:
-    t.start()
-  for t in threads:
-    t.join()
-  assert sorted(outcomes) == ['held', 'refused']
-  for lease in leases:
-    if lease.thread is not None:
-      lease.release()
+  """Two hosts (processes) that find no lease and start within the same instant."""
+  procs = [subprocess.Popen([sys.executable, '-c', RACE, str(tmp_path)], cwd=ROOT,
+                            env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS='cpu'),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+           for _ in range(2)]
+  for proc in procs:
+    assert proc.stdout.readline() == 'ready\n', proc.stderr.read()
+  for proc in procs:
+    proc.stdin.write('go\n')
+    proc.stdin.flush()
+  outcomes = [proc.communicate(timeout=60) for proc in procs]
+  assert sorted(out.strip() for out, _ in outcomes) == ['held', 'refused'], outcomes
 
 
 def test_a_holder_whose_lease_was_taken_stops_at_once(tmp_path):
