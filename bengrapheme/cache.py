@@ -23,11 +23,12 @@ import json
 import os
 import pathlib
 import shutil
+import time
 
 import jax
 from jax.experimental import multihost_utils
 
-from bengrapheme import files
+from bengrapheme import console, files
 
 MARKER = 'cache.json'
 
@@ -109,6 +110,8 @@ def _build_if_missing(entry, build, meta):
     _remove(entry)
   entry.parent.mkdir(parents=True, exist_ok=True)
   files.remove_abandoned(entry.parent)
+  console.say(f'Building {entry} (once: reused while its sources and settings are unchanged)...')
+  start = time.perf_counter()
   try:
     with files.atomic_dir(entry) as tmp:
       build(tmp)
@@ -126,6 +129,7 @@ def _build_if_missing(entry, build, meta):
           'left. Free space there (or set config.data.cache_dir to a larger disk) and rerun; '
           'the build starts over.') from e
     raise
+  console.say(f'Built {entry.name} in {console.duration(time.perf_counter() - start)}.')
   _remove_stale(entry, meta)
 
 

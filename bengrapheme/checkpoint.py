@@ -13,6 +13,7 @@ removes the partial saves that killed runs left. Evaluation and prediction open 
 manager: they read beside a training run and change nothing. A save that finds the disk full
 stops training with `out_of_space_message`; the steps already saved stay complete.
 """
+import contextlib
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ import signal
 import grain
 import jax
 import orbax.checkpoint as ocp
+from absl import logging as absl_logging
 from etils import epath
 from jax.experimental import multihost_utils
 
@@ -37,8 +39,10 @@ def manager(workdir, *, keep=3, every=None, read_only=False):
   read_only: for readers beside a training run (evaluate, predict), which must neither save,
   delete, nor clean up the trainer's saves in flight.
   """
+  # A read-only manager keeps nothing and saves never (Orbax warns when told otherwise).
   options = ocp.CheckpointManagerOptions(
-      max_to_keep=keep, save_interval_steps=every or 1, create=not read_only,
+      max_to_keep=None if read_only else keep,
+      save_interval_steps=0 if read_only else every or 1, create=not read_only,
       enable_async_checkpointing=True, read_only=read_only,
       cleanup_tmp_directories=not read_only)
   # Handlers registered up front, so that a fresh process can read a step's metadata
@@ -50,7 +54,21 @@ def manager(workdir, *, keep=3, every=None, read_only=False):
     registry.add('state', args, state_handler)
   for args in (grain.checkpoint.CheckpointSave, grain.checkpoint.CheckpointRestore):
     registry.add('data', args, data_handler)
-  return ocp.CheckpointManager(directory(workdir), options=options, handler_registry=registry)
+  if not read_only:
+    return ocp.CheckpointManager(directory(workdir), options=options, handler_registry=registry)
+  # Orbax warns "Given directory is read only" on every read-only manager: what was asked.
+  with _absl_level(absl_logging.ERROR):
+    return ocp.CheckpointManager(directory(workdir), options=options, handler_registry=registry)
+
+
+@contextlib.contextmanager
+def _absl_level(level):
+  before = absl_logging.get_verbosity()
+  absl_logging.set_verbosity(level)
+  try:
+    yield
+  finally:
+    absl_logging.set_verbosity(before)
 
 
 def directory(workdir):

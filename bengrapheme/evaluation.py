@@ -10,6 +10,8 @@ the mesh. A task module offers
                                       the headline under 'score'; details whatever its report
                                       draws (per-example arrays, embeddings, ...)
     report_sections(scores, details) -> a list of bengrapheme.report.Html sections
+    summary(scores)                -> (header, rows): the headline scores as a small table,
+                                      which launch.evaluate prints last
   predict(config, model, workdir)  -> path of the file it wrote (optional: not every task
                                       has a submission format)
 
@@ -23,7 +25,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
-from bengrapheme import input as input_lib, parallel
+from bengrapheme import console, input as input_lib, parallel
 
 
 IN_FLIGHT = 2  # eval batches dispatched ahead of the one the host waits for
@@ -41,18 +43,20 @@ class TrainedModel(NamedTuple):
   step: int  # the checkpoint's step
 
 
-def outputs_by_row(model, predict, source, *, batch_size, keys=('image',)):
+def outputs_by_row(model, predict, source, *, batch_size, keys=('image',), what=None):
   """Runs `predict(forward, batch)` over every example of `source` once.
 
   forward(images) applies the model; batch holds the source's fields `keys` for one global
   batch (padding rows included: their outputs are dropped). predict returns a dict of arrays
   with a leading batch axis. Returns that dict as host numpy arrays [len(source), ...], row i
   from source[i]. Outputs stay on the devices until the last batch, then travel once.
+  what: shows progress under this name (bengrapheme/console.py).
   """
-  return next(outputs_by_source(model, predict, [source], batch_size=batch_size, keys=keys))
+  return next(outputs_by_source(model, predict, [source], batch_size=batch_size, keys=keys,
+                                what=what))
 
 
-def outputs_by_source(model, predict, sources, *, batch_size, keys=('image',)):
+def outputs_by_source(model, predict, sources, *, batch_size, keys=('image',), what=None):
   """outputs_by_row for each of `sources` in turn (a generator: a source may be made only
   when its turn comes, e.g. a window of a file read on demand), compiled once for all."""
   mesh = model.mesh
@@ -66,6 +70,7 @@ def outputs_by_source(model, predict, sources, *, batch_size, keys=('image',)):
   local_batch = parallel.per_process_batch(batch_size, mesh)
   for source in sources:
     results = []
+    progress = console.Progress(len(source), what, unit='example')
     for batch in input_lib.eval_batches(source, batch_size=local_batch,
                                         process_index=jax.process_index(),
                                         process_count=jax.process_count()):
@@ -75,6 +80,8 @@ def outputs_by_source(model, predict, sources, *, batch_size, keys=('image',)):
       # would pile up in memory (a whole split's images). Two in flight keep the device busy.
       if len(results) > IN_FLIGHT:
         jax.block_until_ready(results[-IN_FLIGHT - 1])
+      progress.update(min(batch_size, len(source) - progress.done))
+    progress.close()
     rows, filled = None, np.zeros(len(source), bool)
     for outputs, index, mask in jax.device_get(results):
       if rows is None:

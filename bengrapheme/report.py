@@ -198,10 +198,6 @@ def bar_chart(categories, groups, *, title, y_label, y_range=(0.0, 1.0), label_e
 
 # ---------------------------------------------------------------- training curves
 
-# Training-log keys not worth a chart: a 0/1 flag that stays 0 on a healthy run.
-UNCHARTED = ('nonfinite',)
-
-
 def read_training_log(workdir):
   """Rows of WORKDIR/metrics.jsonl (one dict per logged step); [] when there is none."""
   text = files.read_text(files.join(workdir, 'metrics.jsonl')) or ''
@@ -209,7 +205,10 @@ def read_training_log(workdir):
 
 
 def training_curves(workdir):
-  """Charts of the training log: losses, evaluation scores during training, the rest."""
+  """Charts of the training log: losses, evaluation scores during training, the rest. Each
+  logged value is the mean over the steps since the previous log line (bengrapheme/train.py),
+  and loss_max the largest single-step loss among them. A value that never changed (e.g.
+  the count of NaN steps on a healthy run) gets a line of text, not a flat chart."""
   rows = read_training_log(workdir)
   if not rows:
     return [note(f'No training log ({os.path.join(workdir, "metrics.jsonl")}).')]
@@ -219,19 +218,24 @@ def training_curves(workdir):
     return tuple(zip(*pairs))
 
   keys = list(dict.fromkeys(k for r in rows for k in r if k != 'step'))
-  losses = [k for k in sorted(keys, key=lambda k: k != 'loss')  # the total first
-            if k == 'loss' or k.startswith('ce_')]
+  constant = [k for k in keys if len(rows) > 1 and len(set(series(k)[1])) == 1]
+  keys = [k for k in keys if k not in constant]
+  losses = [k for k in sorted(keys, key=lambda k: (k != 'loss', k != 'loss_max'))
+            if k in ('loss', 'loss_max') or k.startswith('ce_')]
   # Evaluations during training log every metric as split/...; their scores tell the story.
   scores = [k for k in keys if k.count('/') == 1 and k.endswith('/score')]
-  others = [k for k in keys if '/' not in k and k not in losses and k not in UNCHARTED]
-  charts = [xy_chart(lines={k: series(k) for k in losses}, title='Training loss', x_label='step',
-                     y_label='loss')] if losses else []
+  others = [k for k in keys if '/' not in k and k not in losses]
+  charts = [xy_chart(lines={k: series(k) for k in losses}, x_label='step', y_label='loss',
+                     title='Training loss (mean of each log interval; loss_max: its worst step)')
+            ] if losses else []
   if scores:
     charts.append(xy_chart(lines={k: series(k) for k in scores}, title='Evaluation score',
                            x_label='step', y_label='score'))
   charts += [xy_chart(lines={k: series(k)}, title=k, x_label='step', y_label=k, width=420,
                       height=260) for k in others]
-  return [row(*charts)]
+  flat = [f'{k} = {fmt(series(k)[1][0])}' for k in constant if '/' not in k]
+  return [row(*charts)] + ([note('Constant throughout training: ' + ', '.join(flat) + '.')]
+                           if flat else [])
 
 
 # ---------------------------------------------------------------- the page

@@ -18,11 +18,11 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
-import tqdm
 from flax import nnx
 
-from bengrapheme import (augment, checkpoint, evaluation, files, logs, parallel, report,
-                         workdir_lock)
+from bengrapheme import (augment, checkpoint, console, evaluation, files, logs, parallel,
+                         report, workdir_lock)
+from bengrapheme.models import pytorch_weights
 
 
 def default_config():
@@ -38,6 +38,10 @@ def default_config():
       train=dict(
           steps=1000, batch_size=128, lr=1e-3, warmup_steps=100, final_lr_fraction=0.01,
           weight_decay=0.05, grad_clip=1.0, ema_decay=0.0, grad_accum_steps=1,
+          # Fine-tuning from model.init_from: the backbone's learning rate is lr x this, and
+          # zero for its first backbone_frozen_steps steps (the new heads learn first; the
+          # backbone's BatchNorm statistics still adapt to the data meanwhile).
+          backbone_lr_scale=1.0, backbone_frozen_steps=0,
           skip_nonfinite=False, log_every=50, checkpoint_every=250, keep_checkpoints=3,
           # (first, last): write a jax.profiler trace of these steps to WORKDIR/profile.
           profile_steps=(0, 0)),
@@ -55,7 +59,8 @@ def load_task(config):
 
 
 def optimizer(config):
-  """AdamW with linear warm-up and cosine decay, after global-norm clipping."""
+  """AdamW with linear warm-up and cosine decay, after global-norm clipping; the backbone's
+  learning rate scaled (train.backbone_lr_scale, backbone_frozen_steps) when asked."""
   t = config.train
   schedule = optax.warmup_cosine_decay_schedule(
       0.0, t.lr, t.warmup_steps, max(t.steps, t.warmup_steps + 1), t.lr * t.final_lr_fraction)
@@ -63,15 +68,34 @@ def optimizer(config):
   decay_mask = lambda params: jax.tree.map(lambda p: p.ndim > 1, params)
   tx = optax.chain(optax.clip_by_global_norm(t.grad_clip),
                    optax.adamw(schedule, weight_decay=t.weight_decay, mask=decay_mask))
+  if t.backbone_lr_scale != 1 or t.backbone_frozen_steps:
+    # Scaling AdamW's update scales the backbone's learning rate, weight decay included.
+    # Only then is it in the chain, so other runs keep their optimizer state's layout.
+    factor = lambda count: jnp.where(count < t.backbone_frozen_steps, 0.0, t.backbone_lr_scale)
+    part = lambda params: jax.tree_util.tree_map_with_path(
+        lambda path, _: 'backbone' if path[0].key == 'backbone' else 'rest', params)
+    tx = optax.chain(tx, optax.multi_transform(
+        {'backbone': optax.scale_by_schedule(factor), 'rest': optax.identity()}, part))
   return tx, schedule
 
 
-def init_state(config, task, mesh):
-  """Builds the sharded train state directly on the devices; returns (graphdef, state)."""
-  tx, _ = optimizer(config)
+def init_state(config, task, mesh, pretrained=True):
+  """Builds the sharded train state directly on the devices; returns (graphdef, state).
 
-  def init():
+  With `pretrained` and config.model.init_from set, the backbone starts from that PyTorch
+  state_dict (bengrapheme/models/pytorch_weights.py), checked against the model before any
+  device work. A restored checkpoint replaces it, so evaluation passes pretrained=False and
+  needs no weight file."""
+  tx, _ = optimizer(config)
+  abstract = nnx.eval_shape(lambda: task.make_model(config, nnx.Rngs(0)))
+  loaded = None
+  if pretrained and config.model.init_from:
+    loaded = pytorch_weights.backbone_state(abstract.backbone, config.model.init_from)
+
+  def init(loaded):  # an argument, not a constant folded into the compiled init
     model = task.make_model(config, nnx.Rngs(config.seed))
+    if loaded is not None:
+      nnx.update(model.backbone, loaded)
     _, params, model_state = nnx.split(model, nnx.Param, ...)
     state = {'step': jnp.zeros((), jnp.int32), 'params': params, 'model_state': model_state,
              'opt_state': tx.init(params),
@@ -79,12 +103,13 @@ def init_state(config, task, mesh):
              'first_nonfinite_step': jnp.full((), -1, jnp.int32)}
     if config.train.ema_decay:
       state['ema'] = params
-    return state
+    # No weak types (a parameter made from a Python float, e.g. GeM's p): the train step's
+    # outputs are strongly typed, so a weak input made it compile a second time at step 2.
+    return jax.tree.map(lambda x: jnp.asarray(x, x.dtype), state)
 
-  graphdef = nnx.graphdef(nnx.eval_shape(lambda: task.make_model(config, nnx.Rngs(0))))
-  shapes = jax.eval_shape(init)
+  shapes = jax.eval_shape(init, loaded)
   shardings = parallel.param_sharding(mesh, shapes)
-  return graphdef, jax.jit(init, out_shardings=shardings)()
+  return nnx.graphdef(abstract), jax.jit(init, out_shardings=shardings)(loaded)
 
 
 def eval_variables(state):
@@ -169,6 +194,30 @@ def check_finite(state, config):
         'kept intact. Lower train.lr, or set train.skip_nonfinite=True to skip such steps.')
 
 
+# ---------------------------------------------------------------- logged scalars
+
+
+@jax.jit
+def accumulate(interval, scalars):
+  """Adds one step's scalars to the interval's sums on the devices: the log shows the mean
+  over the steps since the previous line (not one step's value, which spikes on CutMix
+  batches) without a host round trip per step."""
+  return {'sum': jax.tree.map(jnp.add, interval['sum'], scalars),
+          'loss_max': jnp.maximum(interval['loss_max'], scalars['loss']),
+          'steps': interval['steps'] + 1}
+
+
+def empty_interval(scalars):
+  return {'sum': jax.tree.map(jnp.zeros_like, scalars),
+          'loss_max': jnp.full_like(scalars['loss'], -jnp.inf), 'steps': jnp.zeros((), jnp.int32)}
+
+
+def interval_means(interval):
+  """The logged row: every scalar's mean over the interval, and the largest loss in it."""
+  means = {k: float(v) / int(interval['steps']) for k, v in interval['sum'].items()}
+  return dict(means, loss_max=float(interval['loss_max']))
+
+
 # ---------------------------------------------------------------- the loop
 
 
@@ -186,6 +235,7 @@ def train(config, workdir):
   data = iter(task.train_data(config, workdir, local_batch))
 
   # Model, optimizer and the jitted step.
+  console.say('Initialising the model and its sharded train state...')
   graphdef, state = init_state(config, task, mesh)
   state_shardings = jax.tree.map(lambda x: x.sharding, state)
   train_step = make_train_step(config, task, graphdef, mesh, state_shardings)
@@ -196,56 +246,66 @@ def train(config, workdir):
   restored_step, restored = checkpoint.restore(ckpt, checkpoint.abstract(state), data)
   if restored is not None:
     state = restored
-    print(f'Resumed from {workdir} at step {restored_step}.', flush=True)
+    console.say(f'Resumed from {workdir} at step {restored_step}.')
   save_config(config, workdir)  # only now: a refused checkpoint keeps its own config.json
   start = int(jax.device_get(state['step']))
 
   # Made before the first step, so a config with no split to score fails at once.
-  in_training_evaluators = (evaluators(config, task, workdir, print) if config.eval.every
+  in_training_evaluators = (evaluators(config, task, workdir, console.say) if config.eval.every
                             else {})
   logger = logs.MetricLogger(workdir, resume_step=start)
-  progress = tqdm.tqdm(total=config.train.steps, initial=start, unit='step',
-                       disable=jax.process_index() != 0, dynamic_ncols=True)
-  tick, tick_step = time.perf_counter(), start
+  progress = console.TrainingProgress(config.train.steps, start, config.train.batch_size)
+  interval, tick, tick_step = None, time.perf_counter(), start
   first_traced, last_traced = config.train.profile_steps
   tracing = False
+  if start < config.train.steps:
+    console.say(f'Compiling the train step, then training steps {start + 1:,}-'
+                f'{config.train.steps:,}...')
   for step in range(start + 1, config.train.steps + 1):
     if step == first_traced:
       jax.profiler.start_trace(os.path.join(workdir, 'profile'))
       tracing = True
     batch = parallel.global_batch(mesh, next(data))
     state, scalars = train_step(state, batch)
-    progress.update()
+    interval = accumulate(empty_interval(scalars) if interval is None else interval, scalars)
+    if step == start + 1:  # one wait, so that steady-state timing starts after compilation
+      jax.block_until_ready(scalars)
+      console.say(f'Compiled and ran step {step:,} in {time.perf_counter() - tick:.1f} s.')
+      progress.start_steady()
     if tracing and step == last_traced:
       jax.block_until_ready(state)
       jax.profiler.stop_trace()  # open WORKDIR/profile in TensorBoard's profile tab or Perfetto
       tracing = False
 
+    logged = None
     if step % config.train.log_every == 0 or step == config.train.steps:
       check_finite(state, config)
-      scalars = jax.device_get(scalars)
+      logged = interval_means(jax.device_get(interval))
+      interval = None
       now = time.perf_counter()
-      scalars['images_per_s'] = ((step - tick_step) * config.train.batch_size /
-                                 max(now - tick, 1e-9))
+      logged['images_per_s'] = ((step - tick_step) * config.train.batch_size /
+                                max(now - tick, 1e-9))
       tick, tick_step = now, step
-      logger.write(step, scalars)
-      progress.set_postfix(loss=f"{scalars['loss']:.3f}",
-                           img_s=f"{scalars['images_per_s']:.0f}")
+      logger.write(step, logged)
+    progress.update(step, loss=logged['loss'] if logged else None)
 
     preempted = preemption.reached(ckpt, step)
     if step % config.train.checkpoint_every == 0 or step == config.train.steps or preempted:
       check_finite(state, config)  # never save a state that went NaN
       checkpoint.save(ckpt, step, state, data, force=step == config.train.steps or preempted)
     if preempted:
-      progress.write(f'Preempted: saved step {step}; rerun the same command to resume.')
+      console.say(f'Preempted: saved step {step}; rerun the same command to resume.')
       break
 
     if config.eval.every and (step % config.eval.every == 0 or step == config.train.steps):
       model = evaluation.TrainedModel(apply_fn(graphdef), eval_variables(state), mesh, step)
-      for split, evaluator in in_training_evaluators.items():
-        scores, _ = evaluator.run(model)
-        logger.write(step, evaluation.flatten({split: scores}))
-        progress.write(f'step {step} {split}: score {scores["score"]:.4f}')
+      with progress.paused():
+        for split, evaluator in in_training_evaluators.items():
+          console.say(f'Evaluating {split} at step {step:,}...')
+          scores, _ = evaluator.run(model)
+          logger.write(step, evaluation.flatten({split: scores}))
+          console.say(f'step {step:,} {split}: score {scores["score"]:.4f}')
+      tick = time.perf_counter()  # images/s counts training time only
 
   progress.close()
   preemption.close()
@@ -276,7 +336,7 @@ def trained_model(config, workdir):
   """(task, evaluation.TrainedModel) from the newest checkpoint in `workdir`."""
   task = load_task(config)
   mesh = parallel.make_mesh(config.mesh)
-  graphdef, state = init_state(config, task, mesh)
+  graphdef, state = init_state(config, task, mesh, pretrained=False)
   # Read-only: this may run while a training run writes the workdir (it holds the lock).
   ckpt = checkpoint.manager(workdir, keep=config.train.keep_checkpoints, read_only=True)
   step, restored = checkpoint.restore(ckpt, checkpoint.abstract(state), read_only=True)
@@ -310,19 +370,25 @@ def evaluators(config, task, workdir, say, skipped=None):
 
 def evaluate(config, workdir):
   """Scores every split in config.eval.splits; writes workdir/eval/metrics.json and the page
-  people look at, workdir/eval/report.html. Returns what metrics.json holds: the step, and
-  each split's scores with flat 'a/b/c' keys."""
+  people look at, workdir/eval/report.html, then prints each split's headline scores.
+  Returns what metrics.json holds: the step, and each split's scores with flat 'a/b/c' keys."""
   task, model = trained_model(config, workdir)
-  metrics, sections = {'step': model.step}, []
+  metrics, sections, summaries = {'step': model.step}, [], {}
   skipped = {}
-  for split, evaluator in evaluators(config, task, workdir, print, skipped).items():
+  for split, evaluator in evaluators(config, task, workdir, console.say, skipped).items():
+    console.say(f'Scoring split {split!r}...')
     scores, details = evaluator.run(model)
     metrics[split] = evaluation.flatten(scores)
+    summaries[split] = evaluator.summary(scores)
+    console.say(f'Drawing the report of split {split!r}...')
     sections += evaluator.report_sections(scores, details)
   if skipped:
     metrics['skipped'] = skipped
   if jax.process_index() == 0:
-    files.write_atomic(files.join(workdir, 'eval', 'metrics.json'),
-                       json.dumps(metrics, indent=2, sort_keys=True))
-    report.write(config, workdir, model.step, sections)
+    path = files.write_atomic(files.join(workdir, 'eval', 'metrics.json'),
+                              json.dumps(metrics, indent=2, sort_keys=True))
+    page = report.write(config, workdir, model.step, sections)
+    for split, (header, rows) in summaries.items():
+      print(f'\n{split} (step {model.step:,}):\n{console.text_table(header, rows)}')
+    print(f'\nEvery score: {path}\nCharts and examples: {page}', flush=True)
   return metrics

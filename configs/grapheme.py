@@ -6,7 +6,8 @@ Variants, each run with the trainer CLI:
   python -m bengrapheme.grapheme.synth --out data/bengali-synth --train 16000 --test 2000
   python -m launch.train --config configs/grapheme.py:demo --data data/bengali-synth \
       --workdir workdirs/grapheme-demo
-  # The real competition files (Kaggle bengaliai-cv19), on accelerators:
+  # The real competition files (Kaggle bengaliai-cv19), on accelerators, from ImageNet weights
+  # (README "Starting from pretrained weights" fetches the file model.init_from names):
   python -m launch.train --config configs/grapheme.py:kaggle --data /kaggle/input/bengaliai-cv19 \
       --workdir gs://bucket/grapheme-kaggle
   # Tiny, for the tests:
@@ -39,7 +40,10 @@ def get_config(arg='demo'):
       args=dict(depth=10, width=24, stem='imagenet', dtype='float32'),
       grapheme_head=True,  # the 1,295-way whole-grapheme head (seen vs unseen graphemes)
       grapheme_loss_weight=0.5,
-      consonant_parts=True)  # the consonant diacritic from 4 part heads (grapheme/model.py)
+      consonant_parts=True,  # the consonant diacritic from 4 part heads (grapheme/model.py)
+      # A PyTorch state_dict (torchvision or timm names) for the backbone to start from
+      # (bengrapheme/models/pytorch_weights.py; README "Starting from pretrained weights").
+      init_from='')
   # No augmentation on the CPU schedule: at 1,000 steps dropping GridMask + CutMix took the
   # synthetic test from 0.692 to 0.788 and dropping the affine jitter to 0.832 (README). The
   # data's own warps and the rendered graphemes are variety enough for a short run.
@@ -57,14 +61,20 @@ def get_config(arg='demo'):
   c.predict = dict(seen_threshold=0.99, tau=0.0, read='stream', window_rows=0)
 
   if arg == 'kaggle':
-    # The full recipe at native resolution: ResNet-34 trunk, bf16 compute, EMA, ~60 epochs.
+    # The full recipe at native resolution: an ImageNet-pretrained EfficientNet-B3 trunk (the
+    # winners' family: 1st place B7/B0, 8th B1), bf16 compute, EMA, ~60 epochs.
     c.data.update(val_fraction=0.05, corrected_labels=True)  # as the 1st place trained
     c.input.size = (137, 236)
-    c.model.args = dict(depth=34, width=64, stem='imagenet', dtype='bfloat16')
+    c.model.name = 'efficientnet'  # -> bengrapheme/models/efficientnet.py
+    c.model.args = dict(variant='b3', dtype='bfloat16')
+    # timm's efficientnet_b3.ra2_in1k; torchvision's efficientnet_b3 weights load too.
+    c.model.init_from = 'weights/efficientnet_b3.ra2_in1k/model.safetensors'
     # ~60 epochs is where the winners' augmentation pays: affine, GridMask, MixUp/CutMix.
     c.aug.update(affine=True, grid_mask_prob=0.3, mixup_alpha=0.4, mix_prob=0.5)
+    # The pretrained trunk at half the heads' learning rate, so the first updates from the
+    # random heads do not wash out its features (common fine-tuning practice; not tuned here).
     c.train.update(steps=45000, batch_size=256, lr=1e-3, warmup_steps=1000,
-                   ema_decay=0.999, log_every=100, checkpoint_every=1000)
+                   ema_decay=0.999, log_every=100, checkpoint_every=1000, backbone_lr_scale=0.5)
     c.eval.update(every=2500, splits=('val',), batch_size=512)
     c.render.images = 200000  # ~25 core-minutes to draw, 6.5 GB, once
   elif arg == 'test':

@@ -1,9 +1,8 @@
-"""Scores the newest checkpoint on config.eval.splits; writes WORKDIR/eval/metrics.json.
+"""Scores the newest checkpoint on config.eval.splits; writes WORKDIR/eval/metrics.json (every
+score) and WORKDIR/eval/report.html, and prints a table of the headline scores.
 
   python -m launch.evaluate --config configs/grapheme.py:demo --data DATA --workdir DIR
 """
-import json
-
 from absl import app
 
 from launch import flags
@@ -12,8 +11,7 @@ from launch import flags
 def main(argv):
   del argv
   from bengrapheme import train
-  report = train.evaluate(flags.config(), flags.WORKDIR.value)
-  print(json.dumps(report, indent=2, sort_keys=True))
+  train.evaluate(flags.config(), flags.WORKDIR.value)
 
 
 if __name__ == '__main__':

@@ -10,7 +10,7 @@ import json
 import os
 
 import numpy as np
-from absl import app, flags
+from absl import app, flags, logging
 
 from bengrapheme import files
 
@@ -52,6 +52,9 @@ def run(distances_csv, folder, out=None):
 
 def main(argv):
   del argv
+  # JAX logs its search for a TPU at INFO ("Unable to initialize backend 'tpu'") on every CPU
+  # machine; absl shows INFO under app.run.
+  logging.set_verbosity(logging.WARNING)
   print(json.dumps(run(DISTANCES.value, DATA.value, OUT.value), indent=2, sort_keys=True))
 
 

@@ -15,9 +15,8 @@ import pathlib
 import grain
 import jax
 import numpy as np
-import tqdm
 
-from bengrapheme import cache, files
+from bengrapheme import cache, console, files
 from retrieval import patches, reader, surrogate
 
 CACHE_LAYOUT = 2  # bump when the cache's files change
@@ -79,13 +78,13 @@ def _build(src, folder, params):
 
   raw = folder / 'patches.raw'
   with open(raw, 'wb') as out, open(folder / 'sift.raw', 'wb') as sift_out, \
-      concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
-    for i, (rgb, (patch, sift)) in enumerate(tqdm.tqdm(
-        pool.map(one, range(len(src))), total=len(src), unit='fragment',
-        desc='patches', disable=jax.process_index() != 0, mininterval=10)):
+      concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool, \
+      console.Progress(len(src), 'extracting patches', unit='fragment') as progress:
+    for i, (rgb, (patch, sift)) in enumerate(pool.map(one, range(len(src)))):
       counts[i], valid[i] = len(patch), reader.valid_pixel_count(rgb)
       out.write(patch.tobytes())
       sift_out.write(sift.tobytes())
+      progress.update()
   total, size = int(counts.sum()), params['patch_size']
   _raw_to_npy(raw, folder / 'patches.npy', (total, size, size))
   _raw_to_npy(folder / 'sift.raw', folder / 'sift.npy', (total, 128))

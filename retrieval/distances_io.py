@@ -8,14 +8,16 @@ import numpy as np
 from bengrapheme import files
 
 
-def write_distance_csv(path, distances, names):
-  """Writes an N x N distance matrix as CSV with a header of file names.
+def write_distance_csv(path, distances, names, header=False):
+  """Writes an N x N distance matrix as CSV in the layout the organisers' evaluator reads.
 
-  Exactly: a header line of an empty corner cell and the N names, then N lines; line i is
-  `names[i]` followed by the N distances of row i, comma separated (pandas reads it with
-  `index_col=0`; the organisers' evaluator layout is the same without the header line), each
-  printed with enough digits to read back bit-exact ('%.9g' for float32 input, '%.17g'
-  otherwise); '\\n' line ends. The file appears whole or not at all
+  Exactly: N lines; line i is `names[i]` followed by the N distances of row i, comma
+  separated, the columns in the order of the rows; no header line. This is what
+  anguelos/wi19_evaluate's `load_dm` parses (`line.split(",")`, the name first, then
+  `float()` of every other field: a header line of names stops it). header=True adds a first
+  line of an empty corner cell and the N names, which pandas reads with `index_col=0`.
+  Each distance is printed with enough digits to read back bit-exact ('%.9g' for float32
+  input, '%.17g' otherwise); '\\n' line ends. The file appears whole or not at all
   (bengrapheme/files.py), in a local folder or a bucket.
   """
   d = np.asarray(distances)
@@ -29,7 +31,8 @@ def write_distance_csv(path, distances, names):
   fmt = '%.9g' if d.dtype == np.float32 else '%.17g'
   line = ','.join([fmt] * d.shape[1]) + '\n'
   with files.atomic_file(path, 'w', newline='') as f:
-    f.write(',' + ','.join(names) + '\n')
+    if header:
+      f.write(',' + ','.join(names) + '\n')
     for name, row in zip(names, d):
       f.write(name + ',' + line % tuple(row.tolist()))
   return str(path)

@@ -21,7 +21,7 @@ import os
 import jax
 import numpy as np
 
-from bengrapheme import cache, evaluation, files
+from bengrapheme import cache, console, evaluation, files
 from retrieval import aggregate, data, distances_io, lbp, metrics, pca, reader, report
 from retrieval.model import preprocess
 
@@ -32,7 +32,8 @@ def patch_embeddings(config, model, src):
     return {'embedding': forward(preprocess(batch['image'], config))}
 
   return evaluation.outputs_by_row(model, forward_embeddings, src,
-                                   batch_size=config.eval.batch_size)['embedding']
+                                   batch_size=config.eval.batch_size,
+                                   what=f'embedding {len(src):,} patches')['embedding']
 
 
 def descriptors(config, model, src):
@@ -49,14 +50,19 @@ def labelings(src):
   return {'writer': src.writer_ids, 'page': src.page_ids}
 
 
-def lbp_features(src, indices):
+def lbp_features(src, indices, what):
   """SRS-LBP features of fragments `indices` of a reader.FragmentSource, at their own
   resolution (threads: numpy frees the GIL)."""
   def one(i):
     return lbp.lbp_features(reader.convert(src.read_rgb(i), color=False))
 
-  with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
-    return np.stack(list(pool.map(one, indices)))
+  features = []
+  with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool, \
+      console.Progress(len(indices), what, unit='fragment') as progress:
+    for x in pool.map(one, indices):
+      features.append(x)
+      progress.update()
+  return np.stack(features)
 
 
 def srs_lbp_embeddings(config, workdir):
@@ -72,9 +78,12 @@ def srs_lbp_embeddings(config, workdir):
     return files.load_npy(path)
   # The listings are in the order of the patch caches, so row i of the features is fragment
   # i of the test source; read from the folder or the TFDS build alike.
+  console.say(f'SRS-LBP baseline, once per dataset (kept in {path}): features of train '
+              'fragments for its PCA, then of the test fragments...')
   fit_on = np.random.default_rng(config.seed).permutation(len(train_list))
-  train_features = lbp_features(train_list, fit_on[:config.eval.lbp_fit_fragments])
-  test_features = lbp_features(test_list, range(len(test_list)))
+  train_features = lbp_features(train_list, fit_on[:config.eval.lbp_fit_fragments],
+                                'SRS-LBP features (train, PCA fit)')
+  test_features = lbp_features(test_list, range(len(test_list)), 'SRS-LBP features (test)')
   fitted = pca.fit(train_features, dim=min(200, len(train_features) - 1,
                                            train_features.shape[1]))
   embeddings = lbp.embed(fitted, test_features)
@@ -148,7 +157,15 @@ class Evaluator:
     eval_dir = files.join(self.workdir, 'eval')
     files.save_npy(files.join(eval_dir, f'distances_{self.split}.npy'), distances)
     distances_io.write_distance_csv(files.join(eval_dir, f'distances_{self.split}.csv'),
-                                    distances, self.source.names)
+                                    distances, self.source.names,
+                                    header=self.config.eval.export_csv_header)
+
+  def summary(self, scores):
+    """(header, rows) of the headline scores, for the console: one row a method."""
+    rows = [(method, b['writer']['map'], b['writer']['top1'], b['writer']['pr10'],
+             b['writer']['pr100'], b['page']['map'], b['page']['top1'])
+            for method, b in scores.items() if isinstance(b, dict)]
+    return ('method', 'writer mAP', 'Top-1', 'Pr@10', 'Pr@100', 'page mAP', 'page Top-1'), rows
 
   def report_sections(self, scores, details):
     return report.sections(self.split, scores, details, self.source, self.listing)

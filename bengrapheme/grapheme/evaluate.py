@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bengrapheme import evaluation, files, metrics
+from bengrapheme import console, evaluation, files, metrics
 from bengrapheme.grapheme import classes, data, kaggle, report, unseen
 from bengrapheme.grapheme.model import preprocess
 
@@ -81,7 +81,8 @@ class Evaluator:
     rows = evaluation.outputs_by_row(
         model, lambda forward, batch: dict(outputs(forward(preprocess(batch['image'], config))),
                                            labels=batch['labels']),
-        self.source, batch_size=config.eval.batch_size, keys=('image', 'labels'))
+        self.source, batch_size=config.eval.batch_size, keys=('image', 'labels'),
+        what=f'predicting {len(self.source):,} {self.split} images')
     # Scored in the competition's classes, whichever the model learnt (corrected_labels).
     labels = classes.to_competition(rows['labels'])
     category = unseen.categories(config, labels)
@@ -116,6 +117,15 @@ class Evaluator:
                              configured_balanced_score=balanced(predicted['combined']))
     return scores, dict(labels=labels, predictions=predicted['combined'], category=category)
 
+  def summary(self, scores):
+    """(header, rows) of the headline scores, for the console: each subset's score under
+    the prediction rule, its components, and the component heads alone."""
+    rows = [(name, int(scores.get(f'num_{name}', scores['num_images'])), s['score'],
+             s['grapheme_root'], s['vowel_diacritic'], s['consonant_diacritic'],
+             scores['heads'][name]['score'])
+            for name, s in scores['combined'].items()]
+    return ('subset', 'images', 'score', 'root', 'vowel', 'consonant', 'heads only'), rows
+
   def report_sections(self, scores, details):
     return report.sections(self.split, scores, details, self.source)
 
@@ -148,13 +158,17 @@ def predict(config, model, workdir):
         yield source
         del source  # before the next window is decoded: memory holds one at a time
 
+    console.say(f'Predicting the test images of {config.data.dir}, read from its parquet '
+                'files a window at a time...')
     by_row = np.concatenate([rows['components'] for rows in evaluation.outputs_by_source(
-        model, components, sources(), batch_size=config.eval.batch_size)])
+        model, components, sources(), batch_size=config.eval.batch_size,
+        what='predicting a window of test images')])
   else:
     src = data.source(config, workdir, 'test')
     image_ids = src.image_ids
     by_row = evaluation.outputs_by_row(model, components, src,
-                                       batch_size=config.eval.batch_size)['components']
+                                       batch_size=config.eval.batch_size,
+                                       what=f'predicting {len(src):,} test images')['components']
   by_row = classes.to_competition(by_row)  # Kaggle scores the 7 consonant classes
   position = {image_id: i for i, image_id in enumerate(image_ids)}
   column = {name: i for i, name in enumerate(kaggle.COMPONENTS)}

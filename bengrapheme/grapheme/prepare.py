@@ -26,7 +26,7 @@ import pathlib
 
 import numpy as np
 
-from bengrapheme import cache, files
+from bengrapheme import cache, console, files
 from bengrapheme.grapheme import classes
 from bengrapheme.grapheme import kaggle
 
@@ -42,6 +42,7 @@ def prepare(data_dir, split, cache_dir):
   data_dir = pathlib.Path(data_dir).resolve()
 
   def build(folder):
+    console.say(f'Validating the {split} files of {data_dir}...')
     data = kaggle.validate(data_dir, split)
     _write_images(folder, data)
     write_index(folder, split, data.image_ids, data.graphemes, data.labels)
@@ -108,9 +109,11 @@ def _write_images(path, data):
   images = files.open_memmap(path / 'images.npy', np.uint8, (n, kaggle.HEIGHT, kaggle.WIDTH))
   rows = {image_id: i for i, image_id in enumerate(data.image_ids)}
   # One parquet file at a time, straight into the map: memory stays at one column block.
-  for shard in data.shards:
-    shard.read_rows(images.reshape(n, kaggle.NUM_PIXELS),
-                    [rows[image_id] for image_id in shard.image_ids])
+  with console.Progress(n, 'converting images', unit='image') as progress:
+    for shard in data.shards:
+      shard.read_rows(images.reshape(n, kaggle.NUM_PIXELS),
+                      [rows[image_id] for image_id in shard.image_ids])
+      progress.update(len(shard.image_ids))
   images.flush()
   del images
 

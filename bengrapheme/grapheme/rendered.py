@@ -17,9 +17,8 @@ import collections
 import os
 
 import numpy as np
-import tqdm
 
-from bengrapheme import cache, files
+from bengrapheme import cache, console, files
 from bengrapheme.grapheme import classes, kaggle, prepare, synth, unseen
 
 RENDER_CODE = 2  # the generator seed's split code: synth uses 0 (train) and 1 (test)
@@ -60,10 +59,11 @@ def source(config, cache_dir):
     jobs = [(text, font, [config.unseen.seed, RENDER_CODE, i])
             for i, (*_, text, font) in enumerate(rows)]
     workers = config.render.workers or len(os.sched_getaffinity(0))
-    with synth.parallel_map(workers) as imap:
-      for i, image in enumerate(tqdm.tqdm(imap(synth.render_job, jobs), total=len(jobs),
-                                          desc='rendering graphemes', unit='img')):
+    with synth.parallel_map(workers) as imap, \
+        console.Progress(len(jobs), 'rendering graphemes', unit='image') as progress:
+      for i, image in enumerate(imap(synth.render_job, jobs)):
         images[i] = image
+        progress.update()
     images.flush()
     del images
     prepare.write_index(folder, 'rendered', [f'Rendered_{i}' for i in range(len(rows))],

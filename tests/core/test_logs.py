@@ -59,12 +59,29 @@ def test_resume_replaces_the_steps_after_the_checkpoint(tmp_path):
 
 
 @pytest.mark.slow
-def test_training_run_logs_loss_lr_throughput_and_evals(grapheme_data, tmp_path):
+def test_training_run_logs_loss_lr_throughput_and_evals(grapheme_data, grapheme_trained,
+                                                        tmp_path):
   workdir = str(tmp_path / 'run')
-  run_module('launch.train', '--config=configs/grapheme.py:test', '--data', grapheme_data,
-             '--workdir', workdir, '--config.train.steps=4', '--config.train.log_every=2',
-             '--config.train.checkpoint_every=4', '--config.eval.every=4',
-             "--config.eval.splits=('val',)")  # val only: test would be converted too
+  result = run_module(
+      'launch.train', '--config=configs/grapheme.py:test', '--data', grapheme_data,
+      '--workdir', workdir, '--config.train.steps=4', '--config.train.log_every=2',
+      '--config.train.checkpoint_every=4', '--config.eval.every=4',
+      "--config.eval.splits=('val',)")  # val only: test would be converted too
+  # Each logged value is the mean over the steps since the previous line, not the value of
+  # the step the line falls on: grapheme_trained is the same run logged at every step.
+  every_step = {row['step']: row for row in jsonl(grapheme_trained) if 'loss' in row}
+  for row in (row for row in jsonl(workdir) if 'loss' in row):
+    steps = [row['step'] - 1, row['step']]
+    for key in ('loss', 'grad_norm', 'lr'):
+      assert row[key] == pytest.approx(np.mean([every_step[s][key] for s in steps]),
+                                       rel=1e-4), key
+    assert row['loss_max'] == pytest.approx(max(every_step[s]['loss'] for s in steps),
+                                            rel=1e-4)
+  # A line for each phase; plain progress lines, not a bar's '\r' updates (not a terminal).
+  for phase in ('Initialising the model', 'Compiling the train step',
+                'Compiled and ran step 1', 'step 4/4 (100 %)', "Evaluating val at step 4"):
+    assert phase in result.stdout, phase
+  assert '\r' not in result.stdout + result.stderr
   got = tensorboard_scalars(os.path.join(workdir, 'tensorboard', 'train'))
   for tag in ('loss', 'lr', 'images_per_s', 'grad_norm'):
     assert [step for step, _ in got[tag]] == [2, 4], tag

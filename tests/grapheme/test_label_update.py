@@ -127,11 +127,15 @@ def test_kaggle_folder_end_to_end(grapheme_data, tmp_path):
   assert len(counts) == 8 and counts[7] > 0
 
   result = run_module('launch.evaluate', *args)
-  skip_lines = [line for line in result.stdout.splitlines() if line.startswith('Skipping')]
+  skip_lines = [line for line in result.stdout.splitlines() if 'Skipping split' in line]
   assert len(skip_lines) == 1 and "split 'test' has no labels" in skip_lines[0]
   report = json.loads((workdir / 'eval' / 'metrics.json').read_text())
   assert 0 <= report['val']['score'] <= 1 and 'test' not in report
   assert "split 'test' has no labels" in report['skipped']['test']
+  table = result.stdout[result.stdout.index('\nval (step 2):\n'):].splitlines()
+  assert table[2].split() == ['subset', 'images', 'score', 'root', 'vowel', 'consonant',
+                              'heads', 'only']
+  assert float(table[4].split()[2]) == pytest.approx(report['val']['score'], abs=5e-4)
   assert (workdir / 'eval' / 'report.html').stat().st_size > 0
 
   run_module('launch.predict', *args)

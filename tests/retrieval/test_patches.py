@@ -146,10 +146,20 @@ def test_one_workdir_evaluated_on_two_datasets(fragment_data, fragment_evaluated
     os.remove(other / 'test' / name)
   workdir = tmp_path / 'work'
   shutil.copytree(fragment_evaluated, workdir)
-  run_module('launch.evaluate', '--config=configs/fragments.py:test', '--data', other,
-             '--workdir', workdir)
+  result = run_module('launch.evaluate', '--config=configs/fragments.py:test', '--data', other,
+                      '--workdir', workdir)
   with open(workdir / 'eval' / 'metrics.json') as f:
     report = json.load(f)['test']
+  # It ends with a table of the headline scores (the JSON stays in metrics.json), after a
+  # line for each phase: the new data's SRS-LBP features are computed, with progress.
+  table = result.stdout[result.stdout.index('\ntest (step 6):\n'):].splitlines()
+  assert table[2].split() == ['method', 'writer', 'mAP', 'Top-1', 'Pr@10', 'Pr@100', 'page',
+                              'mAP', 'page', 'Top-1']
+  srs_lbp = next(line for line in table if line.startswith('srs_lbp '))
+  assert float(srs_lbp.split()[1]) == pytest.approx(report['srs_lbp/writer/map'], abs=5e-4)
+  for phase in ('SRS-LBP features (test):', 'embedding', "Scoring split 'test'"):
+    assert phase in result.stdout, phase
+  assert '\r' not in result.stdout + result.stderr  # no progress bar: not a terminal
   queries = {k: v for k, v in report.items() if k.endswith('writer/num_queries')}
   assert len(set(queries.values())) == 1, queries  # every method on the same fragments
   assert queries['srs_lbp/writer/num_queries'] < len(os.listdir(os.path.join(fragment_data,

@@ -170,19 +170,81 @@ def test_embedding_validation():
     metrics.retrieval_metrics(x, np.arange(4))
 
 
-def test_csv_round_trip(tmp_path):
+def organisers_load_dm(dm_fname, gt_fname):
+  """The CSV branch of the HisFrag20 organisers' reader (anguelos/wi19_evaluate, wi19/util.py
+  `load_dm`), rule for rule: every non-empty line is split at ','; its first field names the
+  sample (basename up to the first '.'), every other field goes through float(); the matrix
+  must be square; the columns are the samples in the order of the rows. The ground truth is
+  `file,class` lines. Returns (distances, sample names, classes)."""
+  fname2sample = lambda x: os.path.basename(x.strip()).split('.')[0]
+  id_class = [tuple(reversed(line.split(','))) for line in
+              open(gt_fname).read().strip().split('\n')]
+  id2class = {fname2sample(k): int(v) for v, k in id_class}
+  dm, fnames = [], []
+  for line in open(dm_fname).readlines():
+    if len(line.strip()) > 0:
+      line = line.split(',')
+      fnames.append(fname2sample(line[0]))
+      dm.append([float(col) for col in line[1:]])
+  dm = np.array(dm, 'float')
+  assert dm.shape[0] == dm.shape[1]
+  return dm, fnames, np.array([id2class[n] for n in fnames])
+
+
+def organisers_map(d, classes):
+  """The organisers' mAP (wi19/metrics.py `get_all_metrics`): a plain np.argsort of each
+  row, the first column (the query itself) removed, queries without a relevant item left
+  out."""
+  relevant = classes[None, :] == classes[:, None]
+  order = np.argsort(d, axis=1)[:, 1:]
+  hits = relevant[np.arange(len(d))[:, None], order]
+  precision = np.cumsum(hits, axis=1) / np.arange(1, hits.shape[1] + 1)
+  valid = hits.sum(axis=1) > 0
+  return ((precision * hits).sum(axis=1)[valid] / hits.sum(axis=1)[valid]).mean()
+
+
+def test_csv_default_is_what_the_organisers_evaluator_reads(tmp_path):
+  rng = np.random.default_rng(5)
+  writers = np.repeat(np.arange(5), 4)
+  x = rng.standard_normal((20, 8)) + 2 * rng.standard_normal((5, 8))[writers]
+  d = metrics.distance_matrix(x.astype(np.float32))
+  names = [f'{w}_{k // 2}_{k}.jpg' for k, w in enumerate(writers)]
+  path = tmp_path / 'dm.csv'
+  distances_io.write_distance_csv(path, d, names)
+  (tmp_path / 'gt.csv').write_text(''.join(f'{n},{w}\n' for n, w in zip(names, writers)))
+  back, samples, classes = organisers_load_dm(str(path), str(tmp_path / 'gt.csv'))
+  np.testing.assert_array_equal(back.astype(np.float32), d)
+  assert samples == [n.split('.')[0] for n in names]
+  np.testing.assert_array_equal(classes, writers)
+  # Distances without ties: the organisers' mAP is the project's.
+  assert organisers_map(back, classes) == pytest.approx(
+      metrics.metrics_from_distances(d, {'writer': writers})['writer']['map'], abs=1e-6)
+  # Our reader reads it back bit-exact, names included.
+  ours, our_names = distances_io.read_distance_csv(path)
+  np.testing.assert_array_equal(ours.astype(np.float32), d)
+  assert our_names == names
+  # Created with the permissions of every other output (0644 under the usual umask).
+  umask = os.umask(0)
+  os.umask(umask)
+  assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+  assert os.listdir(tmp_path) == ['dm.csv', 'gt.csv']  # no temporary left behind
+
+
+def test_csv_header_variant_round_trips(tmp_path):
   rng = np.random.default_rng(5)
   d = rng.random((6, 6)).astype(np.float32)
   names = [f'{w}_{p}_{f}.jpg' for w, p, f in rng.integers(0, 99, (6, 3))]
   path = tmp_path / 'dm.csv'
-  distances_io.write_distance_csv(path, d, names)
-  back, back_names = distances_io.read_distance_csv(path)
-  np.testing.assert_array_equal(back.astype(np.float32), d)
-  assert back_names == names
+  distances_io.write_distance_csv(path, d, names, header=True)
   lines = path.read_text().splitlines()
   assert lines[0] == ',' + ','.join(names)  # a header of file names
   assert len(lines) == 7 and lines[3].split(',')[0] == names[2]
-  assert os.listdir(tmp_path) == ['dm.csv']  # no temporary left behind
+  back, back_names = distances_io.read_distance_csv(path)
+  np.testing.assert_array_equal(back.astype(np.float32), d)
+  assert back_names == names
+  (tmp_path / 'gt.csv').write_text(''.join(f'{n},0\n' for n in names))
+  with pytest.raises(ValueError, match='could not convert string to float'):
+    organisers_load_dm(str(path), str(tmp_path / 'gt.csv'))  # why it is not the default
 
 
 def test_csv_failed_write_leaves_old_file(tmp_path):
