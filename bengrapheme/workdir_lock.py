@@ -6,9 +6,9 @@ in flight) and logs. `acquire` is the first thing `train.train` does.
 On a local or shared disk the owner holds an exclusive `fcntl.flock` on WORKDIR/lock, which
 the OS drops when the process ends however it ends (SIGKILL, a crash, a lost node), so a dead
 run never blocks the rerun that resumes it; the file's content only names the holder for the
-refusal message. flock works across NFS clients (Linux maps it onto NFS byte-range locks);
-a shared filesystem mounted without lock support (e.g. Lustre without -o flock) makes it
-fail with an error, not pass silently.
+refusal message. flock works across NFS clients (Linux maps it onto NFS byte-range locks),
+except on a mount with `nolock`, where locks are local to one machine; Lustre without
+`-o flock` refuses it, and acquire says so.
 
 A bucket has no locks: there WORKDIR/lock.json is a lease, a holder record with an expiry
 time that a heartbeat thread renews every LEASE_S / 4 seconds. A new run takes the lease only
@@ -128,6 +128,8 @@ class FileLock:
     os.ftruncate(fd, 0)
     os.write(fd, json.dumps(holder_record()).encode())
     self.fd = fd
+    # The owner clears the temporaries that killed runs left (config.json, metrics.jsonl).
+    files.remove_abandoned(self.workdir)
     # A forked child shares the lock: one left running by a killed parent would keep the
     # workdir locked. Children close their copy (flock ends when every copy is closed).
     os.register_at_fork(after_in_child=self._close_in_child)

@@ -1,11 +1,16 @@
 """A run killed at any moment loses only the steps since its last checkpoint.
 
-Killed with SIGKILL twice and rerun, a run ends bitwise equal to an uninterrupted one (data
-order, RNG, optimizer and EMA state, counters); SIGTERM saves the current step and exits 0;
-NaN stops the run naming the step and leaves the last good checkpoint intact.
+Killed with SIGKILL at seeded random moments (while the prepared cache is built, while an
+asynchronous checkpoint save is written, and between steps) and rerun, a run ends bitwise
+equal to an uninterrupted one (data order and input position, RNG, optimizer and EMA state,
+counters); SIGTERM saves the current step and exits 0; NaN stops the run naming the step and
+leaves the last good checkpoint intact; a full disk stops it naming the workdir and the space
+left, and the rerun after freeing space resumes.
 """
+import glob
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -75,23 +80,76 @@ def assert_bitwise_equal(a, b):
     assert x.tobytes() == y.tobytes(), f'{jax.tree_util.keystr(path)} differs after resuming'
 
 
+def newer_than(pattern, since):
+  """A path matching `pattern` created or changed since `since` (time.time()), else None: a
+  killed run's leftovers, which the rerun removes, do not count."""
+  for path in glob.glob(pattern):
+    try:
+      if os.stat(path).st_mtime >= since:
+        return path
+    except FileNotFoundError:  # renamed or removed meanwhile
+      pass
+  return None
+
+
+def kill_when(args, found, delay=0.0, timeout=300):
+  """Starts a run and SIGKILLs it `delay` s after found(started) first returns a path;
+  returns whether that path still existed after the kill (the kill hit what it aimed at)."""
+  started = time.time()
+  proc = start(args)
+  deadline = started + timeout
+  while not (path := found(started)):
+    assert proc.poll() is None, f'the run ended before it was killed:\n{proc.stdout.read()}'
+    assert time.time() < deadline, 'the run never reached the moment to kill it'
+    time.sleep(0.001)
+  time.sleep(delay)
+  proc.send_signal(signal.SIGKILL)
+  output, _ = proc.communicate(timeout=120)
+  assert proc.returncode == -signal.SIGKILL, output
+  return os.path.exists(path)
+
+
+def input_position(workdir, step=STEPS):
+  folder = os.path.join(workdir, 'checkpoints', str(step), 'data')
+  return {name: open(os.path.join(folder, name)).read() for name in sorted(os.listdir(folder))}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize('task', sorted(TASKS))
-def test_sigkill_twice_then_resume_is_bitwise_equal(task, tmp_path, request):
+def test_sigkill_at_random_moments_then_resume_is_bitwise_equal(task, tmp_path, request):
+  seed = int(os.environ.get('BENGRAPHEME_KILL_SEED', random.randrange(2**31)))
+  print(f'kill seed {seed} (rerun with BENGRAPHEME_KILL_SEED={seed})')
+  rng = random.Random(seed)
   data = request.getfixturevalue(TASKS[task][1])
   reference = tmp_path / 'uninterrupted'
   run_module('launch.train', *train_args(task, data, reference))
 
   workdir = tmp_path / 'killed'
   args = train_args(task, data, workdir)
-  # Kill points between checkpoints (every 4 steps), the second one after a resume.
-  for kill_at in (6, 11):
-    returncode, output = run_until(args, str(workdir), kill_at, signal.SIGKILL)
-    assert returncode == -signal.SIGKILL, output
-    assert not os.path.exists(os.path.join(workdir, 'checkpoints', str(STEPS)))
+  # 1. While the prepared cache is built (it takes seconds: a kill within 0.2 s lands in it).
+  building = lambda since: newer_than(f'{workdir}/prepared/.tmp-*', since)
+  assert kill_when(args, building, delay=rng.uniform(0, 0.2)), f'seed {seed}'
+  # 2. Between or during steps, at a random step and moment of the first half (the second
+  # half's saves are for 3.).
+  kill_at = rng.randrange(1, STEPS // 2)
+  logged = lambda since: (newer_than(f'{workdir}/metrics.jsonl', since)
+                          if logged_step(workdir) >= kill_at else None)
+  kill_when(args, logged, delay=rng.uniform(0, 0.3))
+  # 3. While an asynchronous save is written: caught as its temporary folder appears (a save
+  # takes ~0.1 s here, so a kill can come late: up to three tries, each one more kill).
+  saving = lambda since: newer_than(f'{workdir}/checkpoints/*.orbax-checkpoint-tmp*', since)
+  assert any(kill_when(args, saving) for _ in range(3)), f'no kill landed in a save; seed {seed}'
+  complete = [int(s) for s in os.listdir(workdir / 'checkpoints') if s.isdigit()]
+  assert STEPS not in complete
+
   result = run_module('launch.train', *args)
-  assert 'Resumed from' in result.stdout
+  if complete:  # the kills may all have come before the first save completed
+    assert f'Resumed from {workdir} at step {max(complete)}.' in result.stdout, result.stdout
   assert_bitwise_equal(final_state(str(reference)), final_state(str(workdir)))
+  assert input_position(str(workdir)) == input_position(str(reference))
+  # What the killed runs left half-written is gone.
+  assert not glob.glob(f'{workdir}/prepared/.tmp-*')
+  assert not glob.glob(f'{workdir}/checkpoints/*.orbax-checkpoint-tmp*')
   # The curves show every step once, with the uninterrupted run's values.
   with open(workdir / 'metrics.jsonl') as f:
     rows = [json.loads(line) for line in f if 'loss' in line]
@@ -143,3 +201,38 @@ def test_nan_stops_naming_the_step_and_keeps_the_last_good_checkpoint(grapheme_d
   assert sum(r['nonfinite'] for r in rows) > 0
   state = final_state(str(skipped), 12)
   assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(state['params']))
+
+
+@pytest.mark.slow
+def test_full_disk_stops_naming_the_space_left_and_the_rerun_resumes(grapheme_data, tmp_path,
+                                                                    small_disk):
+  """The workdir on a small tmpfs that is filled up after step 4 was saved, to half a
+  checkpoint's size: saving step 6 fails. (The prepared data goes elsewhere.)"""
+  workdir = small_disk('64m') / 'run'
+  args = lambda steps: ['--config=configs/grapheme.py:test', '--data', grapheme_data,
+                        '--workdir', workdir, f'--config.train.steps={steps}',
+                        f'--config.data.cache_dir={tmp_path / "prepared"}']
+  run_module('launch.train', *args(4))
+  checkpoint_bytes = sum(os.path.getsize(p) for p in
+                         glob.glob(f'{workdir}/checkpoints/4/**', recursive=True)
+                         if os.path.isfile(p))
+  filler = workdir.parent / 'filler'
+  with open(filler, 'wb') as f:
+    os.posix_fallocate(f.fileno(), 0,
+                       os.statvfs(workdir).f_bavail * os.statvfs(workdir).f_frsize
+                       - checkpoint_bytes // 2)
+
+  result = run_module('launch.train', *args(8), check=False)
+  assert result.returncode == 1, result.stderr[-3000:]
+  message = result.stderr
+  assert f'Out of disk space writing to {workdir} (' in message, message[-3000:]
+  assert 'MiB free of 64.0 MiB once the partial save was removed' in message
+  assert f'{workdir}/checkpoints/4, is intact and restorable' in message
+  # Orbax logs the failed write's traceback; what ends the output is the message.
+  assert message.rstrip().endswith('rerun the same command to resume.'), message[-3000:]
+  assert sorted(os.listdir(workdir / 'checkpoints')) == ['2', '4']  # no partial save left
+
+  os.remove(filler)
+  result = run_module('launch.train', *args(8))
+  assert 'Resumed from' in result.stdout and 'at step 4' in result.stdout
+  assert os.path.isdir(workdir / 'checkpoints' / '8')
