@@ -18,10 +18,12 @@ FRAG_WORKDIR := workdirs/fragments-demo
 .PHONY: setup system-packages demo demo-fragments test wheelhouse
 setup: $(VENV)/.installed system-packages
 
-$(VENV)/.installed: requirements.txt
+# requirements-torch.txt: the PyTorch references the backbone tests compare against (a CUDA
+# build of torch: ~2.7 GB of wheels, 5.5 GB installed, ~2-3 min; requirements-torch.txt says why).
+$(VENV)/.installed: requirements.txt requirements-torch.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q -r requirements.txt -r requirements-torch.txt
 	touch $@
 
 system-packages:
