@@ -9,6 +9,7 @@ A task is a module named by `config.task` that provides
 The train state is a plain pytree (step, params, model_state, opt_state, ema), so jit
 shards it and Orbax checkpoints it with no framework in between.
 """
+import collections
 import importlib
 import json
 import os
@@ -220,6 +221,8 @@ def interval_means(interval):
 
 # ---------------------------------------------------------------- the loop
 
+STEPS_IN_FLIGHT = 2  # train steps dispatched ahead of the one the host waits for
+
 
 def train(config, workdir):
   """Trains `config` in `workdir`, resuming from its newest checkpoint; returns the state."""
@@ -256,6 +259,7 @@ def train(config, workdir):
   logger = logs.MetricLogger(workdir, resume_step=start)
   progress = console.TrainingProgress(config.train.steps, start, config.train.batch_size)
   interval, tick, tick_step = None, time.perf_counter(), start
+  in_flight = collections.deque()
   first_traced, last_traced = config.train.profile_steps
   tracing = False
   if start < config.train.steps:
@@ -268,6 +272,12 @@ def train(config, workdir):
     batch = parallel.global_batch(mesh, next(data))
     state, scalars = train_step(state, batch)
     interval = accumulate(empty_interval(scalars) if interval is None else interval, scalars)
+    # Dispatch is asynchronous: unchecked, the host runs a whole log interval ahead of the
+    # devices (its progress and ETA then stall at every log line) holding every batch in
+    # flight. A few steps in flight keep the devices busy.
+    in_flight.append(scalars['loss'])
+    if len(in_flight) > STEPS_IN_FLIGHT:
+      jax.block_until_ready(in_flight.popleft())
     if step == start + 1:  # one wait, so that steady-state timing starts after compilation
       jax.block_until_ready(scalars)
       console.say(f'Compiled and ran step {step:,} in {time.perf_counter() - tick:.1f} s.')
