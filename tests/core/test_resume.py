@@ -110,8 +110,11 @@ def kill_when(args, found, delay=0.0, timeout=300):
 
 
 def input_position(workdir, step=STEPS):
-  folder = os.path.join(workdir, 'checkpoints', str(step), 'data')
-  return {name: open(os.path.join(folder, name)).read() for name in sorted(os.listdir(folder))}
+  """The grain iterator state each process saved at `step`."""
+  files = sorted(glob.glob(os.path.join(workdir, 'checkpoints', str(step), 'data',
+                                        'process_*.json')))
+  assert files, f'no input position saved in {workdir} at step {step}'
+  return {os.path.basename(f): open(f).read() for f in files}
 
 
 @pytest.mark.slow
@@ -206,33 +209,40 @@ def test_nan_stops_naming_the_step_and_keeps_the_last_good_checkpoint(grapheme_d
 @pytest.mark.slow
 def test_full_disk_stops_naming_the_space_left_and_the_rerun_resumes(grapheme_data, tmp_path,
                                                                     small_disk):
-  """The workdir on a small tmpfs that is filled up after step 4 was saved, to half a
-  checkpoint's size: saving step 6 fails. (The prepared data goes elsewhere.)"""
+  """The workdir is on a small tmpfs, filled up while the run trains, once step 2 is saved, to
+  half a checkpoint's size: a later save fails. (The prepared data goes elsewhere.)"""
   workdir = small_disk('64m') / 'run'
   args = lambda steps: ['--config=configs/grapheme.py:test', '--data', grapheme_data,
-                        '--workdir', workdir, f'--config.train.steps={steps}',
+                        '--workdir', str(workdir), f'--config.train.steps={steps}',
                         f'--config.data.cache_dir={tmp_path / "prepared"}']
-  run_module('launch.train', *args(4))
+  proc = start(args(100_000))
+  deadline = time.time() + 300
+  while not os.path.isdir(workdir / 'checkpoints' / '2'):
+    assert proc.poll() is None, proc.stdout.read()
+    assert time.time() < deadline, 'no checkpoint in time'
+    time.sleep(0.05)
   checkpoint_bytes = sum(os.path.getsize(p) for p in
-                         glob.glob(f'{workdir}/checkpoints/4/**', recursive=True)
+                         glob.glob(f'{workdir}/checkpoints/2/**', recursive=True)
                          if os.path.isfile(p))
   filler = workdir.parent / 'filler'
   with open(filler, 'wb') as f:
     os.posix_fallocate(f.fileno(), 0,
                        os.statvfs(workdir).f_bavail * os.statvfs(workdir).f_frsize
                        - checkpoint_bytes // 2)
-
-  result = run_module('launch.train', *args(8), check=False)
-  assert result.returncode == 1, result.stderr[-3000:]
-  message = result.stderr
+  message, _ = proc.communicate(timeout=300)
+  assert proc.returncode == 1, message[-3000:]
+  kept = max(int(s) for s in os.listdir(workdir / 'checkpoints') if s.isdigit())
   assert f'Out of disk space writing to {workdir} (' in message, message[-3000:]
   assert 'MiB free of 64.0 MiB once the partial save was removed' in message
-  assert f'{workdir}/checkpoints/4, is intact and restorable' in message
-  # Orbax logs the failed write's traceback; what ends the output is the message.
-  assert message.rstrip().endswith('rerun the same command to resume.'), message[-3000:]
-  assert sorted(os.listdir(workdir / 'checkpoints')) == ['2', '4']  # no partial save left
+  assert f'{workdir}/checkpoints/{kept}, is intact and restorable' in message
+  assert 'Training stopped; the newest complete checkpoint' in message
+  assert 'rerun the same command to resume.' in message
+  # Orbax logs the failed write's traceback, but the trainer ends with the message above, not
+  # with a traceback through its own code.
+  assert 'launch/train.py' not in message, message[-3000:]
+  assert not glob.glob(f'{workdir}/checkpoints/*.orbax-checkpoint-tmp*')  # partial removed
 
   os.remove(filler)
-  result = run_module('launch.train', *args(8))
-  assert 'Resumed from' in result.stdout and 'at step 4' in result.stdout
-  assert os.path.isdir(workdir / 'checkpoints' / '8')
+  result = run_module('launch.train', *args(kept + 2))
+  assert f'Resumed from {workdir} at step {kept}.' in result.stdout, result.stdout
+  assert os.path.isdir(workdir / 'checkpoints' / str(kept + 2))
