@@ -112,12 +112,27 @@ class ResNet(nn.Module):
     return self.blocks(self.stem(x)).mean((2, 3))
 
 
+def efficientnet(variant, dtype='float32'):
+  """timm's efficientnet_bN trunk: bengrapheme/models/efficientnet.py's reference (its tests
+  check the two compute the same features), without the classifier's dropout, which the JAX
+  model does not have."""
+  import timm
+  if dtype != 'float32':
+    raise ValueError('the CPU reference runs float32 only')
+  model = timm.create_model(f'efficientnet_{variant}', in_chans=1, num_classes=0, drop_rate=0.0)
+  model.features = model.num_features
+  return model
+
+
 class GraphemeNet(nn.Module):
   """bengrapheme.grapheme.model.GraphemeModel: backbone + component heads + grapheme head."""
 
-  def __init__(self, model_args, grapheme_head=True):
+  def __init__(self, model_args, grapheme_head=True, name='resnet'):
     super().__init__()
-    self.backbone = ResNet(in_channels=1, **model_args)
+    if name == 'efficientnet':
+      self.backbone = efficientnet(**model_args)
+    else:
+      self.backbone = ResNet(in_channels=1, **model_args)
     d = self.backbone.features
     self.heads = nn.ModuleList([nn.Linear(d, n) for n in NUM_CLASSES])
     self.grapheme_head = nn.Linear(d, NUM_GRAPHEMES) if grapheme_head else None
@@ -152,7 +167,7 @@ def make_step(config, memory_format=torch.contiguous_format):
   task's `preprocess` does. NCHW: on this CPU it beat channels_last for both cases
   (1.5 vs 2.8 s per step for the demo model, 9.7 vs 10.3 s for ResNet-18, same process).
   """
-  model = GraphemeNet(dict(config.model.args), config.model.grapheme_head)
+  model = GraphemeNet(dict(config.model.args), config.model.grapheme_head, config.model.name)
   model = model.to(memory_format=memory_format).train()
   t = config.train
   decay = [p for p in model.parameters() if p.ndim > 1]

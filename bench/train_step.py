@@ -9,8 +9,9 @@ grapheme task's loss (weighted cross-entropy of the three component heads + the 
 head), global-norm clipping and AdamW with its schedule, state donated, on every local device.
 PyTorch side (bench/torch_models.py): the same network layer for layer (asserted: equal
 parameter tensor sizes), the same loss, clipping and AdamW (fused, no decay on vectors) with
-the same schedule; eager, NCHW (faster here than channels_last). torch==2.13.0 comes from
-bench/requirements-bench.txt, never requirements.txt.
+the same schedule; eager, NCHW (faster here than channels_last). torch (and timm, whose
+efficientnet_b0 is the EfficientNet case's PyTorch side) come from requirements-torch.txt,
+never requirements.txt.
 
 Fairness: both sides take the same uint8 batch at the model's input size and invert/scale it
 inside the step; nothing else happens to the images on either side. The trainer's on-device
@@ -21,8 +22,12 @@ trained, from raw 137x236 images) against the bare JAX step.
 
 Cases: (a) the grapheme demo model (configs/grapheme.py:demo: ResNet-10, width 24, imagenet
 stem, 56x96, batch 128); (b) a ResNet-18 (width 64, imagenet stem, one input channel, the same
-heads) at 128x128, batch 64. Threads: torch.set_num_threads(cores available), with
-OMP_WAIT_POLICY=PASSIVE (see TORCH_ENV); XLA's CPU client runs one thread per available core.
+heads) at 128x128, batch 64; (c) EfficientNet-B0 (bengrapheme/models/efficientnet.py against
+timm's efficientnet_b0, one input channel, no dropout, the same heads) at 128x128, batch 64:
+the cost of the winners' architecture beside the ResNet's. The consonant diacritic is the
+plain 7-way head on both sides (the demo's 4 part heads have no PyTorch twin). Threads:
+torch.set_num_threads(cores available), with OMP_WAIT_POLICY=PASSIVE (see TORCH_ENV); XLA's
+CPU client runs one thread per available core.
 
 Each side lives in a worker process of its own (bench.common.Worker: set up and compiled once,
 then one timed repeat of a few steps per request), the two taking turns, fastest repeat kept.
@@ -38,13 +43,16 @@ import numpy as np
 from bench import common
 
 CASES = {
-    # name: (model args, None for the demo's own; input size; batch)
+    # name: (model name and args, None for the demo's own; input size; batch)
     'grapheme_demo': (None, (56, 96), 128),
-    'resnet18_128': (dict(depth=18, width=64, stem='imagenet', dtype='float32'), (128, 128), 64),
+    'resnet18_128': (('resnet', dict(depth=18, width=64, stem='imagenet', dtype='float32')),
+                     (128, 128), 64),
+    'efficientnet_b0_128': (('efficientnet', dict(variant='b0', dtype='float32')),
+                            (128, 128), 64),
 }
 # (steps per timed repeat, repeats) of a full run; many short repeats beat few long ones on a
 # shared machine, since only the fastest counts.
-FULL = {'grapheme_demo': (2, 8), 'resnet18_128': (1, 6)}
+FULL = {'grapheme_demo': (2, 8), 'resnet18_128': (1, 6), 'efficientnet_b0_128': (1, 6)}
 RAW_SIZE = (137, 236)  # the Kaggle image the as-trained demo step crops and augments on device
 # libgomp's default spin-waiting made torch 6x slower on a shared 2-core machine (52 vs 302
 # images/s for the demo model, same run); passive waiting is the fair reference there.
@@ -63,9 +71,11 @@ def make_config(case, augment=False):
   c = grapheme.get_config('demo')
   if augment:
     return c
-  args, size, batch = CASES[case]
-  if args is not None:
-    c.model.args = args
+  model, size, batch = CASES[case]
+  if model is not None:
+    c.model.name, c.model.args = model
+  # The PyTorch twin has the plain 7-way consonant head (cross-entropy), not the 4 part heads.
+  c.model.consonant_parts = False
   c.input.size, c.train.batch_size = size, batch
   c.input.crop_to_ink = False
   c.aug.update(affine=False, cutout_prob=0.0, grid_mask_prob=0.0, mix_prob=0.0)
@@ -127,7 +137,8 @@ def torch_setup(case, steps):
       step(images, labels, grapheme)
 
   run_once()
-  return run_once, dict(batch=config.train.batch_size, params=params)
+  return run_once, dict(batch=config.train.batch_size, params=params,
+                        version=torch.__version__.split('+')[0])
 
 
 # ---------------------------------------------------------------- driver
@@ -137,9 +148,9 @@ def _log(*args):
   print('  train_step:', *args, file=sys.stderr, flush=True)
 
 
-def run(quick: bool) -> list[dict]:
+def run(quick: bool, cases=tuple(CASES)) -> list[dict]:
   rows, demo_batch = [], None
-  for case in CASES:
+  for case in cases:
     steps, repeats = (1, 2) if quick else FULL[case]
     _log(f'{case}: compiling / setting up both sides')
     workers = {'jax': common.Worker('bench.train_step', ['jax', case, str(steps)]),
@@ -154,7 +165,8 @@ def run(quick: bool) -> list[dict]:
     ratio = ips['jax'] / ips['torch']
     rows.append(common.record(
         f'train step, {case} (JAX vs PyTorch)', ips['jax'], 'images/s',
-        'PyTorch 2.13 CPU, eager, same model, loss, AdamW', ips['torch'], ratio=ratio,
+        f'PyTorch {info["torch"]["version"]} CPU, eager, same model, loss, AdamW',
+        ips['torch'], ratio=ratio,
         target='>= 1.0x', passed=ratio >= 1.0, repeats=repeats,
         note=f'{info["jax"]["params"]:,} params, batch {batch}, {steps} steps a repeat, '
              f'f32, {cores()} threads; augmentation off on both sides'))
@@ -165,7 +177,7 @@ def run(quick: bool) -> list[dict]:
              'steady steps'))
     if case == 'grapheme_demo':
       demo_batch = batch
-  if not quick:
+  if not quick and 'grapheme_demo' in cases:
     steps, repeats = FULL['grapheme_demo']
     _log('grapheme_demo as trained: crop-to-ink and augmentation on device')
     workers = {'aug': common.Worker('bench.train_step', ['jax', 'grapheme_demo', str(steps),
@@ -183,6 +195,8 @@ def run(quick: bool) -> list[dict]:
 def main():
   p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   p.add_argument('--quick', action='store_true')
+  p.add_argument('--cases', nargs='+', choices=list(CASES), default=list(CASES),
+                 help='measure only these cases (python -m bench.run measures them all)')
   p.add_argument('--worker', nargs='+', help=argparse.SUPPRESS)
   a = p.parse_args()
   if a.worker:
@@ -192,7 +206,7 @@ def main():
     else:
       common.serve(lambda: torch_setup(case, int(steps)))
     return
-  for row in run(a.quick):
+  for row in run(a.quick, a.cases):
     print(row)
 
 
