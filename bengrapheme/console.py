@@ -11,14 +11,16 @@ import datetime
 import sys
 import time
 
-import jax
 import tqdm
 
 LINE_SECONDS = 30.0  # between plain progress lines when the output is not a terminal
 
 
 def speaks():
-  return jax.process_index() == 0
+  # jax only when the program uses it: the data generators (and their worker processes)
+  # report progress here without paying jax's import.
+  jax = sys.modules.get('jax')
+  return jax is None or jax.process_index() == 0
 
 
 def on_terminal():

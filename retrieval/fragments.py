@@ -18,6 +18,7 @@ large pieces riddled with islands that torn paper does not have.
   python -m retrieval.fragments --pages PAGES --out FRAGMENTS --seed 0 --workers 2
 """
 import argparse
+import contextlib
 import dataclasses
 import multiprocessing
 import os
@@ -27,7 +28,8 @@ import typing
 import numpy as np
 from PIL import Image
 from scipy import ndimage
-import tqdm
+
+from bengrapheme import console
 
 # 4-connectivity: pieces touching only at a corner are separate pieces.
 _FOUR = ndimage.generate_binary_structure(2, 1)
@@ -325,7 +327,7 @@ def fragment_pages(pages_dir, out_dir, params, seed=0, workers=1):
     seen[ids] = path
   make_empty_dir(out_dir)
   jobs = [(path, out_dir, params, seed) for path in paths]
-  return sum(run_jobs(_fragment_one, jobs, workers, 'pages'))
+  return sum(run_jobs(_fragment_one, jobs, workers, 'cutting pages into fragments', 'page'))
 
 
 def make_empty_dir(path):
@@ -335,12 +337,16 @@ def make_empty_dir(path):
     raise ValueError(f'{path}: already holds files; expected a new or empty folder')
 
 
-def run_jobs(fn, jobs, workers, unit):
-  """[fn(job) for job in jobs] over `workers` processes, in order, with a progress bar."""
-  if workers <= 1:
-    return [fn(job) for job in tqdm.tqdm(jobs, unit=unit)]
-  with multiprocessing.Pool(workers) as pool:
-    return list(tqdm.tqdm(pool.imap(fn, jobs), total=len(jobs), unit=unit))
+def run_jobs(fn, jobs, workers, what, unit):
+  """[fn(job) for job in jobs] over `workers` processes, in order, with progress."""
+  results = []
+  with contextlib.ExitStack() as stack:
+    progress = stack.enter_context(console.Progress(len(jobs), what, unit=unit))
+    imap = stack.enter_context(multiprocessing.Pool(workers)).imap if workers > 1 else map
+    for result in imap(fn, jobs):
+      results.append(result)
+      progress.update()
+  return results
 
 
 def add_param_flags(parser):

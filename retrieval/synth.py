@@ -426,7 +426,7 @@ def write_dataset(out_dir, writers_train, writers_test, pages_per_writer, seed=0
         splits.append(split)
     for split in ('train', 'test'):
       fragments.make_empty_dir(os.path.join(tmp, split))
-    counts = fragments.run_jobs(_page_job, jobs, workers, 'pages')
+    counts = fragments.run_jobs(_page_job, jobs, workers, 'writing pages and fragments', 'page')
   return {split: sum(c for c, s in zip(counts, splits) if s == split)
           for split in ('train', 'test')}
 

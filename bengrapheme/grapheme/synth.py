@@ -29,10 +29,9 @@ import re
 
 import numpy as np
 import scipy.ndimage
-import tqdm
 from PIL import Image, ImageDraw, ImageFont
 
-from bengrapheme import files
+from bengrapheme import console, files
 from bengrapheme.grapheme import classes
 from bengrapheme.grapheme import kaggle
 
@@ -322,7 +321,7 @@ def write_dataset(out_dir, num_train, num_test, seed=0, workers=None, unseen_fra
     train = _plan('train', num_train, seed, unseen_fraction)
     test = _plan('test', num_test, seed, unseen_fraction)
     _write_tables(out_dir, train, test)
-    with tqdm.tqdm(total=num_train + num_test, unit='img', desc='synth') as progress, \
+    with console.Progress(num_train + num_test, 'drawing graphemes', unit='image') as progress, \
         parallel_map(workers) as imap:
       _write_images(out_dir, 'train', train, seed, imap, progress)
       _write_images(out_dir, 'test', test, seed, imap, progress)
