@@ -133,12 +133,13 @@ def keep_one_fragment_of_first_writer(data):
 
 
 def write_distances(data):
-  """A good symmetric distance CSV over the test fragments, in write_distance_csv's layout."""
+  """A good symmetric distance CSV over the test fragments, in write_distance_csv's header
+  layout (line 1 names the columns; the reader also checks the rows against it)."""
   names = sorted(os.listdir(data / 'test'))
   a = np.random.default_rng(0).random((len(names), len(names)))
   d = np.round(a + a.T, 3)
   np.fill_diagonal(d, 0)
-  distances_io.write_distance_csv(data / 'distances.csv', d, names)
+  distances_io.write_distance_csv(data / 'distances.csv', d, names, header=True)
 
 
 def damage_distances(edit):
@@ -415,7 +416,7 @@ CASES = [
     # Flags and workdirs, through the CLI.
     Case('config-key-mistyped', 'grapheme', no_damage, train_cli('--config.train.stepz=3'),
          CLIError, r"--config\.train\.stepz: config\.train has no field 'stepz' \(did you mean "
-         r"'steps'\?\); valid fields: batch_size, checkpoint_every, .*, steps, "),
+         r"'steps'\?\); valid fields: backbone_frozen_steps, backbone_lr_scale, batch_size, .*, steps, "),
     Case('config-section-unknown', 'grapheme', no_damage, train_cli('--config.trian.steps=3'),
          CLIError, r"config has no field 'trian' \(did you mean 'train'\?\); valid fields: aug, "
          r'data, eval, input, mesh, model, predict, render, seed, task, train, unseen'),
