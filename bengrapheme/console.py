@@ -27,9 +27,10 @@ def on_terminal():
   return sys.stderr.isatty()  # tqdm draws on stderr
 
 
-def say(message):
-  """One timestamped line (through tqdm, so a bar on screen is redrawn below it)."""
-  if speaks():
+def say(message, every_process=False):
+  """One timestamped line (through tqdm, so a bar on screen is redrawn below it), from
+  process 0, or from each process with every_process (what each one did, e.g. saved)."""
+  if every_process or speaks():
     tqdm.tqdm.write(f'[{time.strftime("%H:%M:%S")}] {message}', file=sys.stdout)
     sys.stdout.flush()
 

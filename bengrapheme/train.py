@@ -304,7 +304,8 @@ def train(config, workdir):
       check_finite(state, config)  # never save a state that went NaN
       checkpoint.save(ckpt, step, state, data, force=step == config.train.steps or preempted)
     if preempted:
-      console.say(f'Preempted: saved step {step}; rerun the same command to resume.')
+      console.say(f'Preempted: saved step {step}; rerun the same command to resume.',
+                  every_process=True)
       break
 
     if config.eval.every and (step % config.eval.every == 0 or step == config.train.steps):

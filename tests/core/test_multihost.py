@@ -163,6 +163,6 @@ def test_preemption_notice_to_one_process_saves_the_same_step_everywhere(graphem
   log = job.log()
   assert job.launcher.returncode == 0, log[-5000:]
   saved = {int(m.group(1)): int(m.group(2))
-           for m in re.finditer(r'\[(\d)\] Preempted: saved step (\d+)', log)}
+           for m in re.finditer(r'\[(\d)\] \[[\d:]+\] Preempted: saved step (\d+)', log)}
   assert sorted(saved) == [0, 1] and saved[0] == saved[1], log[-5000:]
   assert os.listdir(os.path.join(workdir, 'checkpoints')) == [str(saved[0])]
