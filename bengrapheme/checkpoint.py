@@ -6,7 +6,9 @@ reads the very batches the uninterrupted run would have read next.
 Orbax writes each step into a temporary folder and renames it when complete, and deletes old
 steps only after that, so a crash mid-save leaves the previous good checkpoint in place. A
 checkpoint damaged later (a truncated or missing file, garbage) is named, moved aside to
-`STEP.damaged` and skipped; restoring falls back to the newest good one.
+`STEP.damaged` and skipped; restoring falls back to the newest good one. Only damage does
+that: any other failure to read a step (a bucket timeout, memory, a sharding error) stops
+with its own message and moves nothing, since that step may well be good.
 
 Only the run that owns the workdir (bengrapheme/workdir_lock.py) writes here, so its manager
 removes the partial saves that killed runs left. Evaluation and prediction open a read-only
@@ -16,6 +18,7 @@ stops training with `out_of_space_message`; the steps already saved stay complet
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 
@@ -89,8 +92,9 @@ def restore(mngr, abstract_state, data_iterator=None, *, read_only=False):
   """Restores the newest good step into `abstract_state`'s shapes and shardings.
 
   The iterator, when given, is set to its saved position in place. Damaged steps are
-  reported, moved aside (left in place when `read_only`) and skipped. Returns (step, state),
-  or (None, None) when there is no checkpoint. Raises ModelMismatchError when the checkpoint
+  reported, moved aside (left in place when `read_only`) and skipped; any other error while
+  reading a step is raised, leaving every step in place. Returns (step, state), or
+  (None, None) when there is no checkpoint. Raises ModelMismatchError when the checkpoint
   holds another model, and RuntimeError when every checkpoint is damaged (starting over would
   silently lose them).
   """
@@ -100,9 +104,9 @@ def restore(mngr, abstract_state, data_iterator=None, *, read_only=False):
   for step in steps:
     path = mngr.directory / str(step)
     try:
-      saved = mngr.item_metadata(step)['state'].tree
+      saved = _saved_tree(mngr, step, path)
     except Exception as e:  # pylint: disable=broad-except
-      damaged.append(skip(mngr, path, e))
+      damaged.append(skip(mngr, path, _damage_or_raise(path, e)))
       continue
     _check_same_layout(path, saved, abstract_state)
     try:
@@ -110,7 +114,7 @@ def restore(mngr, abstract_state, data_iterator=None, *, read_only=False):
           step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)))
       positions = None if data_iterator is None else _input_positions(path)
     except Exception as e:  # pylint: disable=broad-except
-      damaged.append(skip(mngr, path, e))
+      damaged.append(skip(mngr, path, _damage_or_raise(path, e)))
       continue
     if data_iterator is not None:
       data_iterator.set_state(_one_position(path, positions))
@@ -119,6 +123,44 @@ def restore(mngr, abstract_state, data_iterator=None, *, read_only=False):
     raise RuntimeError(f'every checkpoint in {mngr.directory} is damaged ({", ".join(damaged)})'
                        '; delete them to start over')
   return None, None
+
+
+def _saved_tree(mngr, step, path):
+  """The shapes of the train state saved at `step`, read from its metadata."""
+  metadata = mngr.item_metadata(step)
+  # Orbax reports a missing state folder or _METADATA file as a missing key or None.
+  if 'state' not in metadata.keys() or metadata['state'] is None:
+    raise FileNotFoundError(f'{path / "state"}: no train state metadata (_METADATA)')
+  return metadata['state'].tree
+
+
+# How TensorStore, which Orbax reads the arrays with, reports stored bytes that are missing,
+# cut short or garbled. It raises ValueError('CODE: ...'), and drops the code only for
+# INVALID_ARGUMENT, which is what a block that fails to decode gives ('Error reading ...:
+# Error decoding b-tree node: ZSTD_decompressStream() failed'). Its other codes
+# (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, PERMISSION_DENIED, ...) say that
+# reading failed, not that the files are bad.
+_TENSORSTORE_DAMAGE = re.compile(
+    r'(DATA_LOSS|NOT_FOUND|OUT_OF_RANGE|FAILED_PRECONDITION): |Error (opening|reading|decoding) ')
+
+
+def _is_damage(error):
+  """Whether `error`, raised reading a step, says its files are missing or unreadable."""
+  while error.__cause__ is not None:  # Orbax re-raises what went wrong as its cause
+    error = error.__cause__
+  if isinstance(error, (FileNotFoundError, UnicodeDecodeError, json.JSONDecodeError)):
+    return True  # a missing file; metadata or input position that is not JSON
+  return isinstance(error, ValueError) and bool(_TENSORSTORE_DAMAGE.match(str(error)))
+
+
+def _damage_or_raise(path, error):
+  """Returns `error` when it is damage; raises it otherwise, moving nothing: a step that
+  could not be read for another reason (a timeout, memory) may well be good."""
+  if _is_damage(error):
+    return error
+  print(f'Reading checkpoint {path} failed ({type(error).__name__}: {str(error)[:300]}); '
+        'not a sign of damage, so every checkpoint is left in place.', flush=True)
+  raise error
 
 
 def _input_positions(path):

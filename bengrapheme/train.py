@@ -6,6 +6,8 @@ A task is a module named by `config.task` that provides
   loss(model, batch, key, config)           -> (scalar loss, dict of scalars)
   evaluator(config, split, workdir)         -> an evaluator (bengrapheme/evaluation.py)
   predict(config, model, workdir)           -> optional: writes the task's submission file
+  random_batch(config, local_batch)         -> random data shaped as train_data's batches
+                                               (launch.train --dry_run's input)
 The train state is a plain pytree (step, params, model_state, opt_state, ema), so jit
 shards it and Orbax checkpoints it with no framework in between.
 """
@@ -72,7 +74,14 @@ def optimizer(config):
   if t.backbone_lr_scale != 1 or t.backbone_frozen_steps:
     # Scaling AdamW's update scales the backbone's learning rate, weight decay included.
     # Only then is it in the chain, so other runs keep their optimizer state's layout.
-    factor = lambda count: jnp.where(count < t.backbone_frozen_steps, 0.0, t.backbone_lr_scale)
+    # After a frozen start the backbone warms up over warmup_steps of its own: the shared
+    # warm-up may be over by then, and a jump to its full rate would jolt the pretrained
+    # features with updates shaped by the still-young heads.
+    def factor(count):
+      if not t.backbone_frozen_steps:
+        return jnp.asarray(t.backbone_lr_scale, jnp.float32)
+      ramp = (count - t.backbone_frozen_steps + 1) / max(t.warmup_steps, 1)
+      return t.backbone_lr_scale * jnp.clip(ramp, 0.0, 1.0)
     part = lambda params: jax.tree_util.tree_map_with_path(
         lambda path, _: 'backbone' if path[0].key == 'backbone' else 'rest', params)
     tx = optax.chain(tx, optax.multi_transform(
@@ -186,6 +195,14 @@ def make_train_step(config, task, graphdef, mesh, state_shardings):
                  donate_argnums=0, compiler_options=options)
 
 
+def state_and_step(config, task, mesh, pretrained=True):
+  """(graphdef, sharded train state, jitted train step): what training and launch.train's
+  --dry_run both run, so a dry run compiles exactly the step that training would."""
+  graphdef, state = init_state(config, task, mesh, pretrained)
+  state_shardings = jax.tree.map(lambda x: x.sharding, state)
+  return graphdef, state, make_train_step(config, task, graphdef, mesh, state_shardings)
+
+
 def check_finite(state, config):
   """Stops the run, naming the step, when a loss or gradient went NaN/Inf (unless skipped)."""
   bad = int(jax.device_get(state['first_nonfinite_step']))
@@ -239,9 +256,7 @@ def train(config, workdir):
 
   # Model, optimizer and the jitted step.
   console.say('Initialising the model and its sharded train state...')
-  graphdef, state = init_state(config, task, mesh)
-  state_shardings = jax.tree.map(lambda x: x.sharding, state)
-  train_step = make_train_step(config, task, graphdef, mesh, state_shardings)
+  graphdef, state, train_step = state_and_step(config, task, mesh)
 
   # Resume from the newest checkpoint (state and input position together).
   ckpt = checkpoint.manager(workdir, keep=config.train.keep_checkpoints,

@@ -16,7 +16,7 @@ CONFIG = config_flags.DEFINE_config_file(
     'be overridden: --config.train.steps=200', lock_config=True)
 WORKDIR = flags.DEFINE_string('workdir', None, 'Checkpoints, logs and outputs go here.')
 DATA = flags.DEFINE_string('data', None, 'Dataset folder (sets config.data.dir).')
-flags.mark_flags_as_required(['config', 'workdir'])
+flags.mark_flag_as_required('config')
 
 
 def unknown_key_message(config, override):
@@ -59,10 +59,18 @@ def _report_unknown_keys(config_flag):
   config_flag._parse = checked
 
 
+def _workdir_is_given(path):
+  """Every run writes its workdir but launch.train's --dry_run, which writes nothing."""
+  if path is None and not flags.FLAGS.get_flag_value('dry_run', False):
+    raise flags.ValidationError('--workdir is required: checkpoints, logs and outputs go '
+                                'there')
+  return True
+
+
 def _workdir_is_writable(path):
   """Outputs go to the workdir: refuse one that cannot be written before any work starts."""
   if path is None or '://' in path:
-    return True  # mark_flags_as_required reports a missing one; buckets are checked on use
+    return True  # _workdir_is_given reports a missing one; buckets are checked on use
   existing = os.path.abspath(path)
   while not os.path.exists(existing):  # the folders to be created go in the nearest existing one
     existing = os.path.dirname(existing)
@@ -76,6 +84,7 @@ def _workdir_is_writable(path):
 
 
 _report_unknown_keys(flags.FLAGS[CONFIG.name])
+flags.register_validator('workdir', _workdir_is_given)
 flags.register_validator('workdir', _workdir_is_writable)
 
 

@@ -112,11 +112,39 @@ def _folder(config, split):
   return os.path.join(config.data.dir, split)
 
 
+class FragmentSubset(reader.FragmentSource):
+  """The fragments `indices` of a reader.FragmentSource (a folder or a TFDS split), read
+  through it: the val writers' fragments of train/, or train/ without them."""
+
+  def __init__(self, src, indices):
+    self.src, self.indices = src, np.asarray(indices, np.int64)
+    super().__init__(src.folder, src.size, src.color, [src.fragments[i] for i in self.indices])
+    self.record_files = getattr(src, 'record_files', None)
+
+  def read_rgb(self, index):
+    return self.src.read_rgb(int(self.indices[index]))
+
+
+def val_writers(config, writers):
+  """The writer ids (of train/) held out as the val split: a data.val_writers share of them,
+  drawn by data.val_seed (apart from config.seed, so runs of any seed tune on the same
+  writers). Disjoint from the training writers, as the test writers are."""
+  writers = np.unique(writers)
+  count = int(round(config.data.val_writers * len(writers)))
+  if config.data.val_writers > 0:
+    count = min(max(count, 1), len(writers) - 1)
+  return set(np.random.default_rng(config.data.val_seed).permutation(writers)[:count].tolist())
+
+
 def listing(config, split):
   """The split as a reader.FragmentSource (listed, nothing decoded yet): DATA/{split}, or the
-  split of the TFDS build in config.data.tfds_dir (format 'tfds')."""
+  split of the TFDS build in config.data.tfds_dir (format 'tfds'). 'val' is the
+  data.val_writers share of train/'s writers, and 'train' the rest."""
   # Only the listing and read_rgb (each fragment at its own size) are used: the fitted,
   # fixed-size records of reader.FragmentSource are not read here.
+  if split not in ('train', 'val', 'test'):
+    raise ValueError(f"split {split!r}: expected 'train', 'val' or 'test'")
+  folder_split = 'train' if split == 'val' else split
   size, color = config.input.patch_size, False
   if config.data.format == 'tfds':
     if not config.data.tfds_dir:
@@ -124,17 +152,26 @@ def listing(config, split):
                        'dir holding a hisfrag20 build')
     # Imported only here: tensorflow_datasets takes ~0.5 s to import.
     from retrieval import tfds_hisfrag20
-    return tfds_hisfrag20.TfdsFragmentSource(config.data.tfds_dir, split, size, color)
-  if config.data.format != 'folder':
+    src = tfds_hisfrag20.TfdsFragmentSource(config.data.tfds_dir, folder_split, size, color)
+  elif config.data.format == 'folder':
+    src = reader.FragmentSource(_folder(config, folder_split), size, color)
+  else:
     raise ValueError(f"config.data.format={config.data.format!r}: expected 'folder' or 'tfds'")
-  return reader.FragmentSource(_folder(config, split), size, color)
+  if folder_split == 'test':
+    return src
+  held_out = val_writers(config, [f.writer for f in src.fragments])
+  if split == 'val' and not held_out:
+    raise ValueError('split \'val\' is empty: config.data.val_writers is 0; set it above 0 '
+                     '(a share of the train/ writers) or leave val out of config.eval.splits')
+  in_val = np.array([f.writer in held_out for f in src.fragments])
+  return FragmentSubset(src, np.flatnonzero(in_val if split == 'val' else ~in_val))
 
 
 def source_files(config, src, split):
   """(the files the listing `src` of `split` is read from, their folder or build)."""
   if config.data.format == 'tfds':
     return src.record_files, config.data.tfds_dir
-  return [f.path for f in src.fragments], _folder(config, split)
+  return [f.path for f in src.fragments], src.folder
 
 
 def patch_params(config):
@@ -145,12 +182,14 @@ def patch_params(config):
 
 
 def source(config, workdir, split):
-  """The patches of DATA/{train,test} (or of the TFDS build), extracted once into
+  """The patches of a split (train, val, test) of DATA or the TFDS build, extracted once into
   WORKDIR/prepared (or cache_dir): a bengrapheme/cache.py entry keyed by the fragment files
-  (or the build's record files) and patch_params."""
+  (or the build's record files), patch_params and, for train and val, the val writers."""
   src = listing(config, split)
   paths, origin = source_files(config, src, split)
   params = patch_params(config)
+  if split != 'test':  # a TFDS build's record files do not say which writers are val's
+    params.update(val_writers=config.data.val_writers, val_seed=config.data.val_seed)
   entry = cache.build_once(files.prepared_dir(config, workdir), f'patches-{split}', paths,
                            params, lambda folder: _build(src, folder, params), origin=origin)
   return PatchSource(entry)
@@ -202,6 +241,15 @@ def check_training_writers(fragments):
         'writer or move it out of the training folder')
 
 
+def writers_and_per_writer(config):
+  """(P, K) of the P x K global batches: train.batch_size must be a multiple of P."""
+  p, k = config.train.writers_per_batch, config.train.batch_size // config.train.writers_per_batch
+  if p * k != config.train.batch_size:
+    raise ValueError(f'train.batch_size={config.train.batch_size} must be a multiple of '
+                     f'train.writers_per_batch={p}')
+  return p, k
+
+
 def train_data(config, workdir, local_batch):
   """This process's rows of each P x K global batch of patches; the iterator state
   checkpoints. Classes are writers (train.labels='writer') or surrogate classes, clusters of
@@ -213,10 +261,7 @@ def train_data(config, workdir, local_batch):
   src = source(config, workdir, 'train')
   labels = (src.patch_writer if config.train.labels == 'writer'
             else surrogate.labels(config, workdir, src))
-  p, k = config.train.writers_per_batch, config.train.batch_size // config.train.writers_per_batch
-  if p * k != config.train.batch_size:
-    raise ValueError(f'train.batch_size={config.train.batch_size} must be a multiple of '
-                     f'train.writers_per_batch={p}')
+  p, k = writers_and_per_writer(config)
   lo = jax.process_index() * local_batch
   sampler = PKBatches(labels, p, k, config.seed)
   ds = grain.MapDataset.source(sampler).map(lambda idx: idx[lo:lo + local_batch])
@@ -224,3 +269,15 @@ def train_data(config, workdir, local_batch):
   threads = config.input.num_threads
   return ds.to_iter_dataset(grain.ReadOptions(num_threads=threads,
                                               prefetch_buffer_size=max(4, threads)))
+
+
+def random_batch(config, local_batch):
+  """Random patches with train_data's keys, shapes and dtypes, labelled P x K as its batches
+  are (this process's rows): what launch.train --dry_run runs the train step on, without data."""
+  rng = np.random.default_rng(config.seed)
+  p, k = writers_and_per_writer(config)
+  labels = np.repeat(np.arange(p, dtype=np.int32), k)
+  lo = jax.process_index() * local_batch
+  size = config.input.patch_size
+  return dict(image=rng.integers(0, 256, (local_batch, size, size, 1), np.uint8),
+              label=labels[lo:lo + local_batch])

@@ -1,19 +1,30 @@
-"""The fragment evaluator: writer and page retrieval of the encoder, of the SRS-LBP baseline,
-of each re-ranked, and of their fusion, plus the N x N distance export.
+"""The fragment evaluator: writer and page retrieval of the encoder, of the SRS-LBP baseline
+and of the post-processing chosen on the validation split, plus the N x N distance export.
 
 The encoder embeds every patch of a fragment (retrieval/patches.py); the fragment's
-descriptor is their aggregation, power-normalised (retrieval/aggregate.py), optionally
-PCA-whitened: fitted on the evaluated set's own descriptors ('self': transductive, no labels,
-as Peer et al. do) or on the training split's ('train'). Every method is its own block of
-scores, so a reader sees what each step buys:
+descriptor is their aggregation, power-normalised and L2-normalised (retrieval/aggregate.py).
+Post-processing, each step off at its first grid value:
 
-  encoder            aggregated patch embeddings (Euclidean on L2-normalised rows)
-  encoder_whitened   + PCA-whitening (eval.whitening)
-  encoder_reranked   + SGR re-ranking (eval.rerank)
-  srs_lbp            the organisers' baseline (test split; L1 on Hellinger-PCA histograms)
-  srs_lbp_reranked   SGR on its embeddings
-  fused              the mean of the z-normalised distances of the encoder (after
-                     whitening, if on) and SRS-LBP (eval.fusion)
+  power           eval.power: sign(x) |x|^p before the L2 normalisation
+  whitening_dims  PCA-whitening to this many dims (0: none), fitted on the evaluated set's
+                  own descriptors (eval.whitening='self': transductive, no labels, as Peer et
+                  al.) or on the training split's ('train')
+  rerank_k        SGR re-ranking with k neighbours (0: none), on centred descriptors
+  fusion_weight   w in (1 - w) z(encoder) + w z(SRS-LBP), z the z-normalised distances (0: none)
+
+Methods, each its own block of scores:
+
+  encoder     the descriptor alone: eval.aggregation and eval.power, nothing after
+  srs_lbp     the organisers' baseline (L1 on Hellinger-PCA histograms)
+  configured  eval's own post-processing, when it turns any step on
+  tuned       the settings the split eval.tune_split chose: on that split itself, its
+              best (in-sample: a choice, not an estimate); on every other split, that choice
+              applied unchanged (the honest figure). 'tuned_settings' says what and where.
+
+Tuning never looks at test: the val split (writers held out of train/, retrieval/data.py)
+chooses, stage by stage in pipeline order (power, whitening, re-ranking, fusion), each stage
+keeping the value with the best val writer mAP given the earlier choices; a tie keeps the
+earlier value of the grid, so a step that does not help stays off.
 """
 import concurrent.futures
 import os
@@ -25,6 +36,16 @@ from bengrapheme import cache, console, evaluation, files
 from retrieval import aggregate, data, distances_io, lbp, metrics, pca, reader, report
 from retrieval.model import preprocess
 
+# The grids the val split tunes over, in pipeline order; the first value of each is "off".
+GRIDS = (('power', (1.0, 0.7, 0.4)),
+         ('whitening_dims', (0, 16, 32, 64, 128, 256, 512)),
+         ('rerank_k', (0, 1, 2, 4, 8)),
+         ('fusion_weight', (0.0, 0.1, 0.25, 0.5, 0.75)))
+SETTINGS = tuple(name for name, _ in GRIDS)
+# What each split's tuning chose, by (workdir, split, checkpoint step): the test evaluator
+# applies the val evaluator's choice when both run in one process (launch.evaluate, training).
+_chosen = {}
+
 
 def patch_embeddings(config, model, src):
   """Embeddings [len(src), D] of every patch of the PatchSource `src`."""
@@ -34,16 +55,6 @@ def patch_embeddings(config, model, src):
   return evaluation.outputs_by_row(model, forward_embeddings, src,
                                    batch_size=config.eval.batch_size,
                                    what=f'embedding {len(src):,} patches')['embedding']
-
-
-def descriptors(config, model, src):
-  """Fragment descriptors [N, D] of a PatchSource (aggregated, power-normalised, L2)."""
-  x = patch_embeddings(config, model, src)
-  centres = None
-  if config.eval.aggregation == 'vlad':  # centres from the evaluated set's own patches
-    centres = aggregate.fit_centres(x, config.eval.vlad_centres, config.seed)
-  return aggregate.fragment_descriptors(x, src.starts, method=config.eval.aggregation,
-                                        alpha=config.eval.power, centres=centres)
 
 
 def labelings(src):
@@ -65,93 +76,206 @@ def lbp_features(src, indices, what):
   return np.stack(features)
 
 
-def srs_lbp_embeddings(config, workdir):
-  """The SRS-LBP embeddings [N, 200] of the test split (PCA fitted on train), computed once
-  per dataset: kept in WORKDIR/eval/srs_lbp_test-KEY.npy, KEY naming the fragment files of
-  both splits (and the fit settings), so evaluating the workdir on other data recomputes."""
-  train_list, test_list = data.listing(config, 'train'), data.listing(config, 'test')
+def srs_lbp_embeddings(config, workdir, split):
+  """The SRS-LBP embeddings [N, 200] of a split (PCA fitted on train), computed once per
+  dataset: kept in WORKDIR/eval/srs_lbp_SPLIT-KEY.npy, KEY naming the fragment files of both
+  splits (and the fit settings), so evaluating the workdir on other data recomputes."""
+  train_list, split_list = data.listing(config, 'train'), data.listing(config, split)
   key = cache.key_of('srs_lbp', [*data.source_files(config, train_list, 'train')[0],
-                                 *data.source_files(config, test_list, 'test')[0]],
+                                 *data.source_files(config, split_list, split)[0]],
                      [config.seed, config.eval.lbp_fit_fragments])
-  path = files.join(workdir, 'eval', f'srs_lbp_test-{key}.npy')
+  path = files.join(workdir, 'eval', f'srs_lbp_{split}-{key}.npy')
   if files.exists(path):
     return files.load_npy(path)
   # The listings are in the order of the patch caches, so row i of the features is fragment
-  # i of the test source; read from the folder or the TFDS build alike.
+  # i of the split's source; read from the folder or the TFDS build alike.
   console.say(f'SRS-LBP baseline, once per dataset (kept in {path}): features of train '
-              'fragments for its PCA, then of the test fragments...')
+              f'fragments for its PCA, then of the {split} fragments...')
   fit_on = np.random.default_rng(config.seed).permutation(len(train_list))
   train_features = lbp_features(train_list, fit_on[:config.eval.lbp_fit_fragments],
                                 'SRS-LBP features (train, PCA fit)')
-  test_features = lbp_features(test_list, range(len(test_list)), 'SRS-LBP features (test)')
+  features = lbp_features(split_list, range(len(split_list)), f'SRS-LBP features ({split})')
   fitted = pca.fit(train_features, dim=min(200, len(train_features) - 1,
                                            train_features.shape[1]))
-  embeddings = lbp.embed(fitted, test_features)
+  embeddings = lbp.embed(fitted, features)
   if jax.process_index() == 0:
     files.save_npy(path, embeddings)
   return embeddings
 
 
+def configured_settings(config):
+  return {name: config.eval[name] for name in SETTINGS}
+
+
+class Pipeline:
+  """One split's patch embeddings (and SRS-LBP embeddings) -> the distances of any settings.
+
+  whitening_fit(power) gives the descriptors PCA-whitening is fitted on for that power."""
+
+  def __init__(self, config, x, starts, lbp_embeddings, whitening_fit):
+    self.config, self.starts, self.lbp = config, starts, lbp_embeddings
+    self.x, self.whitening_fit = x, whitening_fit
+    self.centres = None
+    if config.eval.aggregation == 'vlad':  # centres from the evaluated set's own patches
+      self.centres = aggregate.fit_centres(x, config.eval.vlad_centres, config.seed)
+    self._lbp_distances = None
+
+  def descriptors(self, power, whitening_dims=0):
+    """Fragment descriptors [N, D]: aggregated, power-normalised, L2, optionally whitened."""
+    e = self.config.eval
+    x = aggregate.fragment_descriptors(self.x, self.starts, method=e.aggregation, alpha=power,
+                                       centres=self.centres)
+    if not whitening_dims:
+      return x
+    fit_on = x if e.whitening == 'self' else self.whitening_fit(power)
+    limit = min(len(fit_on) - 1, x.shape[1])
+    if whitening_dims > limit:
+      raise ValueError(f'whitening to {whitening_dims} dims: at most {limit} here (descriptors '
+                       f'of {x.shape[1]} dims, fitted on {len(fit_on)} fragments)')
+    whitening = pca.fit(fit_on, whitening_dims, whiten=True)
+    return pca.l2_normalise(pca.project(whitening, x))
+
+  def whitening_limit(self):
+    fit_on = len(self.starts) - 1 if self.config.eval.whitening == 'self' else np.inf
+    return min(fit_on - 1, self.descriptors(1.0).shape[1])
+
+  def lbp_distances(self):
+    if self._lbp_distances is None:
+      self._lbp_distances = metrics.distance_matrix(self.lbp, metric='cityblock')
+    return self._lbp_distances
+
+  def distances(self, s):
+    """[N, N] float32 distances of settings `s` (a dict of SETTINGS)."""
+    x = self.descriptors(s['power'], s['whitening_dims'])
+    if s['rerank_k']:
+      # On centred rows: uncentred descriptors have cosine similarities near 1 for every
+      # pair, which flattens SGR's dense affinity (measured: it then always hurt).
+      d = aggregate.sgr(pca.l2_normalise(x - x.mean(axis=0)), k=s['rerank_k'],
+                        gamma=self.config.eval.rerank_gamma)
+    else:
+      d = metrics.distance_matrix(x)
+    if s['fusion_weight']:
+      if self.lbp is None:
+        raise ValueError(f'fusion_weight={s["fusion_weight"]} needs SRS-LBP: '
+                         'config.eval.srs_lbp is off')
+      w = s['fusion_weight']
+      d = ((1 - w) * aggregate.z_normalise(d) +
+           w * aggregate.z_normalise(self.lbp_distances())).astype(np.float32)
+    return d
+
+
+def tune(pipeline, labels):
+  """The settings with the best writer mAP, stage by stage (module docstring), and each
+  tried value's writer mAP {setting: {value: mAP}}."""
+  chosen = {name: grid[0] for name, grid in GRIDS}
+  tried = {}
+  for name, grid in GRIDS:
+    if name == 'whitening_dims':
+      grid = [v for v in grid if v <= pipeline.whitening_limit()]
+    if name == 'fusion_weight' and pipeline.lbp is None:
+      grid = grid[:1]
+    tried[name] = {}
+    for value in grid:
+      d = pipeline.distances({**chosen, name: value})
+      tried[name][str(value)] = metrics.metrics_from_distances(d, labels['writer'])['map']
+    chosen[name] = max(grid, key=lambda v: tried[name][str(v)])  # max keeps the first of ties
+  return chosen, tried
+
+
+def _key(config, workdir, split, model):
+  return str(workdir), split, model.step, config.to_json()
+
+
 class Evaluator:
   """Retrieval scores {method: {'writer' | 'page': {map, top1, pr10, pr100, num_queries}}}
-  for the methods of the module docstring that the config switches on; 'score' is the
-  encoder's writer mAP after its last configured step. Details, for the report: per
-  embedding method, its embeddings, the metric they are ranked by and each query's AP."""
+  for the methods of the module docstring; 'score' is the writer mAP of 'tuned' (of
+  'configured', or of 'encoder', when there is no tuning); 'tuned_settings' the settings
+  'tuned' used and the split that chose them; on the tuning split, 'tuning' the writer mAP of
+  every value tried. Details, for the report: per embedding method, its embeddings, the
+  metric they are ranked by and each query's AP."""
 
   def __init__(self, config, split, workdir):
     self.config, self.split, self.workdir = config, split, workdir
+    e = config.eval
+    if e.whitening not in ('self', 'train'):
+      raise ValueError(f"eval.whitening={e.whitening!r}: expected 'self' or 'train'")
+    if e.tune_split and e.tune_split != 'val':
+      raise ValueError(f"eval.tune_split={e.tune_split!r}: expected 'val' (writers held out "
+                       "of train/) or '' (no tuning); settings are never chosen on test")
     self.source = data.source(config, workdir, split)
     self.listing = data.listing(config, split)
 
+  def pipeline(self, model, split, src):
+    config = self.config
+    lbp_embeddings = (srs_lbp_embeddings(config, self.workdir, split)
+                      if config.eval.srs_lbp else None)
+    train = []
+
+    def whitening_fit(power):  # the training split's descriptors, embedded once if asked
+      if not train:
+        train_src = data.source(config, self.workdir, 'train')
+        train.append((patch_embeddings(config, model, train_src), train_src.starts))
+      x, starts = train[0]
+      return aggregate.fragment_descriptors(x, starts, method=config.eval.aggregation,
+                                            alpha=power)
+
+    return Pipeline(config, patch_embeddings(config, model, src), src.starts, lbp_embeddings,
+                    whitening_fit)
+
+  def chosen_settings(self, model):
+    """What eval.tune_split chose for this checkpoint: from its evaluator when it ran in this
+    process, else tuned here on it."""
+    split = self.config.eval.tune_split
+    key = _key(self.config, self.workdir, split, model)
+    if key not in _chosen:
+      console.say(f'Choosing the post-processing on {split!r} for split {self.split!r}...')
+      src = data.source(self.config, self.workdir, split)
+      _chosen[key] = tune(self.pipeline(model, split, src), labelings(src))
+    return _chosen[key]
+
   def run(self, model):
     config, e, src = self.config, self.config.eval, self.source
-    x = descriptors(config, model, src)
-    embedded = {'encoder': (x, 'euclidean')}  # retrieval_metrics' default metric
-    if e.whitening not in ('none', 'self', 'train'):
-      raise ValueError(f"eval.whitening={e.whitening!r}: expected 'none', 'self' or 'train'")
-    if e.whitening != 'none':
-      fit_on = x if e.whitening == 'self' else descriptors(
-          config, model, data.source(config, self.workdir, 'train'))
-      whitening = pca.fit(fit_on, min(e.whitening_dims, len(fit_on) - 1, fit_on.shape[1]),
-                          whiten=True)
-      embedded['encoder_whitened'] = (pca.l2_normalise(pca.project(whitening, x)),
-                                      'euclidean')
-    encoder_last = list(embedded)[-1]
-    if e.srs_lbp and self.split == 'test':
-      embedded['srs_lbp'] = (srs_lbp_embeddings(config, self.workdir), 'cityblock')
-    matrices = {}  # methods known by their distance matrix alone
-    if e.rerank:
-      # On centred rows: uncentred descriptors have cosine similarities near 1 for every
-      # pair, which flattens SGR's dense affinity (measured: it then always hurt).
-      centred = lambda emb: pca.l2_normalise(emb - emb.mean(axis=0))
-      for name, method in (('encoder_reranked', encoder_last), ('srs_lbp_reranked', 'srs_lbp')):
-        if method in embedded:
-          matrices[name] = aggregate.sgr(centred(embedded[method][0]), k=e.rerank_k,
-                                         gamma=e.rerank_gamma)
-    if e.fusion and 'srs_lbp' in embedded:
-      matrices['fused'] = aggregate.fuse(self._matrix(embedded, encoder_last),
-                                         self._matrix(embedded, 'srs_lbp'))
-
+    pipeline = self.pipeline(model, self.split, src)
+    labels = labelings(src)
+    embedded = {'encoder': (pipeline.descriptors(e.power), 'euclidean')}
+    if pipeline.lbp is not None:
+      embedded['srs_lbp'] = (pipeline.lbp, 'cityblock')
     scores, details = {}, {}
     for method, (emb, metric) in embedded.items():
-      scores[method] = metrics.retrieval_metrics(emb, labelings(src), metric=metric,
-                                                 per_query=True)
+      scores[method] = metrics.retrieval_metrics(emb, labels, metric=metric, per_query=True)
       ap = {labeling: block.pop('ap') for labeling, block in scores[method].items()}
       details[method] = dict(embeddings=emb, metric=metric, ap=ap)
-    for method, d in matrices.items():
-      scores[method] = metrics.metrics_from_distances(d, labelings(src))
-    scores['score'] = scores['encoder_reranked' if e.rerank else encoder_last]['writer']['map']
-    if e.export_distances and jax.process_index() == 0:
-      self._export(matrices.get(e.export_method) if e.export_method in matrices
-                   else self._matrix(embedded, e.export_method))
-    return scores, details
 
-  def _matrix(self, embedded, method):
-    if method not in embedded:
-      raise ValueError(f'eval.export_method={method!r}: expected one of the methods scored: '
-                       f'{", ".join(embedded)}, encoder_reranked, srs_lbp_reranked, fused')
-    emb, metric = embedded[method]
-    return metrics.distance_matrix(emb, metric=metric)
+    settings, matrices = {}, {}
+    plain = {**configured_settings(config), 'whitening_dims': 0, 'rerank_k': 0,
+             'fusion_weight': 0.0}
+    if configured_settings(config) != plain:
+      settings['configured'] = configured_settings(config)
+    if e.tune_split:
+      if self.split == e.tune_split:
+        _chosen[_key(config, self.workdir, self.split, model)] = tune(pipeline, labels)
+      chosen, tried = self.chosen_settings(model)
+      settings['tuned'] = chosen
+      scores['tuned_settings'] = dict(chosen, chosen_on=e.tune_split)
+      if self.split == e.tune_split:
+        scores['tuning'] = tried
+    for method, s in settings.items():
+      matrices[method] = pipeline.distances(s)
+      scores[method] = metrics.metrics_from_distances(matrices[method], labels)
+    headline = 'tuned' if 'tuned' in scores else 'configured' if 'configured' in scores \
+        else 'encoder'
+    scores['score'] = scores[headline]['writer']['map']
+    if e.export_distances and jax.process_index() == 0:
+      if e.export_method in matrices:
+        d = matrices[e.export_method]
+      elif e.export_method in embedded:
+        emb, metric = embedded[e.export_method]
+        d = metrics.distance_matrix(emb, metric=metric)
+      else:
+        raise ValueError(f'eval.export_method={e.export_method!r}: expected one of the methods '
+                         f'scored: {", ".join([*embedded, *matrices])}')
+      self._export(d)
+    return scores, details
 
   def _export(self, distances):
     eval_dir = files.join(self.workdir, 'eval')
@@ -164,7 +288,7 @@ class Evaluator:
     """(header, rows) of the headline scores, for the console: one row a method."""
     rows = [(method, b['writer']['map'], b['writer']['top1'], b['writer']['pr10'],
              b['writer']['pr100'], b['page']['map'], b['page']['top1'])
-            for method, b in scores.items() if isinstance(b, dict)]
+            for method, b in scores.items() if isinstance(b, dict) and 'writer' in b]
     return ('method', 'writer mAP', 'Top-1', 'Pr@10', 'Pr@100', 'page mAP', 'page Top-1'), rows
 
   def report_sections(self, scores, details):

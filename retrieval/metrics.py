@@ -1,17 +1,22 @@
 """Retrieval metrics for HisFrag20-style scoring, from embeddings or a distance matrix.
 
-Scoring follows the organisers' evaluator: every item is a query against all others (the
-query itself is never retrieved); relevant = same label; queries without any relevant item
-are left out of every average. Per query, with relevant items at 1-based ranks r_1 < r_2 < ...:
+Scoring follows the organisers' evaluator (anguelos/wi19_evaluate, `wi19/metrics.py`,
+`get_all_metrics`): every item is a query against all others (the query itself is never
+retrieved); relevant = same label. Per query, with relevant items at 1-based ranks
+r_1 < r_2 < ...:
 
   AP     = mean_i (i / r_i)
   Top-1  = 1 if the rank-1 item is relevant
   Pr@K   = (relevant items in the top K) / min(K, number of relevant items)
 
+mAP, Pr@10 and Pr@100 average over the queries with at least one relevant item (`num_queries`);
+Top-1 averages over every query, as theirs does (`precision_at[:, 0].mean()`): a query whose
+class has no other item counts as a miss. `top1_answerable` is Top-1 over mAP's queries only.
+
 Ties: items at equal distance are ordered non-relevant first, i.e. the query loses every tie.
-This is what the organisers' evaluator does by adding half the smallest distance gap to the
-relevant entries before sorting. Swapping two tied relevant items changes no metric, so the
-result is fully determined by the distances and labels (not by item order), and a degenerate
+`get_all_metrics` orders each row with a plain `np.argsort`, so there the column order breaks
+ties; the two agree whenever no relevant item ties with a non-relevant one. Losing ties makes
+the result fully determined by the distances and labels (not by item order), and a degenerate
 embedding that maps everything to one point scores the worst, not by luck of the index order.
 
 How it is computed: nothing is sorted per row. The rank of a relevant item j of query q is
@@ -400,12 +405,14 @@ def _summarise(names, stats, per_query=False):
     k = int(keep.sum())
     ap = np.where(keep, precision[l] / np.maximum(n_rel[l], 1), np.nan)
     if k == 0:
-      out.append(dict(map=0.0, top1=0.0, pr10=0.0, pr100=0.0, num_queries=0))
+      out.append(dict(map=0.0, top1=0.0, top1_answerable=0.0, pr10=0.0, pr100=0.0,
+                      num_queries=0))
     else:
       nr = n_rel[l][keep]
       out.append(dict(
           map=float(np.mean(ap[keep])),
-          top1=float(np.mean(top1[l][keep])),
+          top1=float(np.sum(top1[l][keep]) / len(keep)),
+          top1_answerable=float(np.mean(top1[l][keep])),
           pr10=float(np.mean(hits10[l][keep] / np.minimum(10, nr))),
           pr100=float(np.mean(hits100[l][keep] / np.minimum(100, nr))),
           num_queries=k))

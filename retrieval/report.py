@@ -101,20 +101,23 @@ def sections(split, scores, details, src, listing):
 
 
 def methods(scores):
-  names = [name for name, block in scores.items() if isinstance(block, dict)]
+  names = [name for name, block in scores.items() if isinstance(block, dict) and 'writer' in block]
   columns = [(labeling, k) for labeling in LABELINGS for k in METRIC_NAMES]
   headers = [f'{labeling} {METRIC_NAMES[k]}' for labeling, k in columns]
   rows = [[name, *[scores[name][labeling][k] for labeling, k in columns]] for name in names]
   chart = report.bar_chart(headers, {name: row[1:] for name, row in zip(names, rows)},
                            title='Retrieval scores by method', y_label='score', width=900)
-  parts = [report.tag('h3', 'Encoder vs SRS-LBP'), report.table(['method', *headers], rows),
-           chart]
-  parts.insert(1, report.note(
-      'encoder: aggregated patch embeddings; _whitened: + PCA-whitening; _reranked: + SGR '
-      're-ranking; fused: mean of the z-normalised distances of the encoder and SRS-LBP.'))
+  parts = [report.tag('h3', 'Encoder vs SRS-LBP'), report.note(
+      'encoder: aggregated patch embeddings alone; configured: + the config\'s '
+      'post-processing; tuned: + the post-processing chosen on the val split (power, '
+      'PCA-whitening, SGR re-ranking, fusion with SRS-LBP).'),
+      report.table(['method', *headers], rows), chart]
+  if 'tuned_settings' in scores:
+    chosen = scores['tuned_settings']
+    parts.insert(2, report.note(f"tuned: chosen on split {chosen['chosen_on']!r}: " + ', '.join(
+        f'{k} {v}' for k, v in chosen.items() if k != 'chosen_on') + '.'))
   if 'srs_lbp' not in names:
-    parts.insert(1, report.note('SRS-LBP is scored on the test split when '
-                                'config.eval.srs_lbp is on.'))
+    parts.insert(1, report.note('SRS-LBP is scored when config.eval.srs_lbp is on.'))
   return parts
 
 

@@ -17,12 +17,13 @@ def grapheme_data(tmp_path_factory):
   return str(out)
 
 
-def run_module(module, *args, devices=1, timeout=600, check=True, env=None):
-  """Runs `python -m module args` in a fresh process with `devices` simulated CPU devices."""
+def run_module(module, *args, devices=1, timeout=600, check=True, env=None, prefix=()):
+  """Runs `python -m module args` in a fresh process with `devices` simulated CPU devices;
+  `prefix` is a command it runs under (e.g. setpriv)."""
   full_env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS='cpu',
                   XLA_FLAGS=f'--xla_force_host_platform_device_count={devices}',
                   **(env or {}))
-  result = subprocess.run([sys.executable, '-m', module, *map(str, args)], cwd=ROOT,
+  result = subprocess.run([*prefix, sys.executable, '-m', module, *map(str, args)], cwd=ROOT,
                           env=full_env, capture_output=True, text=True, timeout=timeout)
   if check and result.returncode != 0:
     raise AssertionError(f'{module} {args} exited {result.returncode}:\n'

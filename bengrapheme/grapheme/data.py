@@ -105,6 +105,18 @@ def train_data(config, workdir, local_batch):
       mixed_in=mixed_in, mixed_fraction=fraction)
 
 
+def random_batch(config, local_batch):
+  """Random images and in-range labels with the keys, shapes and dtypes of train_data's
+  batches: what launch.train --dry_run compiles and runs the train step on, without data."""
+  rng = np.random.default_rng(config.seed)
+  return dict(
+      image=rng.integers(0, 256, (local_batch, kaggle.HEIGHT, kaggle.WIDTH), np.uint8),
+      labels=np.stack([rng.integers(0, n, local_batch, np.int32)
+                       for n in classes.num_classes(config.data.corrected_labels)], 1),
+      grapheme=rng.integers(0, classes.NUM_GRAPHEMES, local_batch, np.int32),
+      index=np.arange(local_batch, dtype=np.int32))
+
+
 def _stream_counts(real_labels, rendered_labels, fraction, num_classes):
   """How many images of each class, per component, the training stream shows per len(real)
   images (the mixture's expected counts)."""

@@ -214,6 +214,7 @@ def test_mixed_targets_match_mixed_images():
 
 def test_cutmix_lambda_is_pasted_area():
   cutmixed = [(out, mixed) for _, _, out, mixed in mixed_batches() if is_cutmix(out)]
+  assert cutmixed
   for out, mixed in cutmixed:
     own = np.asarray(out)[..., 0] == np.arange(1, BATCH + 1)[:, None, None]
     lam = np.diag(np.asarray(mixed[3])[:, :BATCH])

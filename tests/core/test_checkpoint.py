@@ -81,21 +81,48 @@ def test_eval_batches_cover_each_example_once_with_equal_batch_counts():
 
 
 def _saved(tmp_path, steps=(2, 4, 6)):
-  state = {'step': jnp.int32(0), 'params': {'w': jnp.arange(6.0).reshape(2, 3)}}
+  # 'big' is large enough for TensorStore to store it in a data file of its own, which only
+  # restoring reads (small arrays sit inside the b-tree that the metadata is read from).
+  state = {'step': jnp.int32(0), 'params': {'w': jnp.arange(6.0).reshape(2, 3),
+                                            'big': jnp.arange(4096.0).reshape(64, 64)}}
   mngr = checkpoint.manager(str(tmp_path), keep=5)
+  data = make_iterator()
   for s in steps:
-    checkpoint.save(mngr, s, dict(state, step=jnp.int32(s)), force=True)
+    checkpoint.save(mngr, s, dict(state, step=jnp.int32(s)), data, force=True)
   mngr.wait_until_finished()
   return state, mngr, os.path.join(str(tmp_path), 'checkpoints')
 
 
+def _files(step_dir, folder):
+  return [os.path.join(root, name) for root, _, names in os.walk(os.path.join(step_dir, folder))
+          for name in names]
+
+
 def _truncate_arrays(step_dir):
-  for root, _, files in os.walk(os.path.join(step_dir, 'state')):
-    for name in files:
-      path = os.path.join(root, name)
-      if os.sep + 'd' + os.sep in path:
-        with open(path, 'r+b') as f:
-          f.truncate(os.path.getsize(path) // 2)
+  for path in _files(step_dir, 'state'):
+    if os.sep + 'd' + os.sep in path:
+      with open(path, 'r+b') as f:
+        f.truncate(os.path.getsize(path) // 2)
+
+
+def _truncate_array_data(step_dir):
+  """Only the data file of 'big': the metadata reads fine, restoring it fails."""
+  path = max(_files(step_dir, os.path.join('state', 'ocdbt.process_0', 'd')),
+             key=os.path.getsize)
+  with open(path, 'r+b') as f:
+    f.truncate(os.path.getsize(path) // 2)
+
+
+def _flip_btree_byte(offset):
+  def damage(step_dir):
+    [path] = _files(step_dir, os.path.join('state', 'd'))
+    with open(path, 'r+b') as f:
+      f.seek(offset)
+      byte = f.read(1)[0]
+      f.seek(offset)
+      f.write(bytes([byte ^ 0x55]))
+  damage.__name__ = f'_flip_btree_byte_{offset}'
+  return damage
 
 
 def _garbage_metadata(step_dir):
@@ -103,24 +130,89 @@ def _garbage_metadata(step_dir):
     f.write(os.urandom(300))
 
 
+def _missing_metadata(step_dir):
+  os.remove(os.path.join(step_dir, 'state', '_METADATA'))
+
+
 def _missing_manifest(step_dir):
   os.remove(os.path.join(step_dir, 'state', 'manifest.ocdbt'))
 
 
-@pytest.mark.parametrize('damage', [_truncate_arrays, _garbage_metadata, _missing_manifest])
+def _garbage_input_position(step_dir):
+  with open(os.path.join(step_dir, 'data', 'process_0-of-1.json'), 'w') as f:
+    f.write('{"cut off')
+
+
+# What each gives, as found by damaging real checkpoints: truncated b-tree nodes TensorStore's
+# OUT_OF_RANGE, a wrong byte at 16 a zstd failure (INVALID_ARGUMENT, its code left out of the
+# message), at 128 a CRC mismatch (DATA_LOSS), truncated array data OUT_OF_RANGE wrapped in
+# Orbax's bare Exception; garbage _METADATA UnicodeDecodeError, a missing _METADATA None in
+# Orbax's metadata, a missing manifest NOT_FOUND, a cut-off input position JSONDecodeError.
+DAMAGES = [_truncate_arrays, _truncate_array_data, _flip_btree_byte(16), _flip_btree_byte(128),
+           _garbage_metadata, _missing_metadata, _missing_manifest, _garbage_input_position]
+
+
+@pytest.mark.parametrize('damage', DAMAGES, ids=lambda d: d.__name__.strip('_'))
 def test_damaged_newest_checkpoint_is_named_and_skipped(tmp_path, capsys, damage):
   state, mngr, root = _saved(tmp_path)
   damage(os.path.join(root, '6'))
   mngr = checkpoint.manager(str(tmp_path), keep=5)
-  step, restored = checkpoint.restore(mngr, checkpoint.abstract(state))
+  step, restored = checkpoint.restore(mngr, checkpoint.abstract(state), make_iterator())
   assert step == 4 and int(restored['step']) == 4
   out = capsys.readouterr().out
   assert f'Checkpoint {os.path.join(root, "6")} is damaged' in out
   assert sorted(os.listdir(root)) == ['2', '4', '6.damaged']
   # The step can be saved again once training gets back to it.
-  checkpoint.save(mngr, 6, dict(state, step=jnp.int32(6)), force=True)
+  checkpoint.save(mngr, 6, dict(state, step=jnp.int32(6)), make_iterator(), force=True)
   mngr.wait_until_finished()
-  assert checkpoint.restore(mngr, checkpoint.abstract(state))[0] == 6
+  assert checkpoint.restore(mngr, checkpoint.abstract(state), make_iterator())[0] == 6
+
+
+def _orbax_wrapped(cause):
+  """What Orbax raises when reading an array fails: a bare Exception, the failure its cause."""
+  error = Exception('Encountered error while reading array index: (slice(0, 64, 1),)')
+  error.__cause__ = cause
+  return error
+
+
+# Failures to read a good step: the step must stay, and the error reach the user.
+TRANSIENT = {
+    'timeout': TimeoutError('gs://bucket/run/checkpoints/6/state: read timed out'),
+    'connection': ConnectionResetError(104, 'Connection reset by peer'),
+    'memory': MemoryError('cannot allocate 4.0 GiB'),
+    'tensorstore-unavailable': _orbax_wrapped(ValueError(
+        'UNAVAILABLE: Error reading "params.w/0.0" in OCDBT database at gs://bucket/run/'
+        'checkpoints/6/state/: HTTP response code: 503')),
+    'tensorstore-deadline': ValueError(
+        'DEADLINE_EXCEEDED: Error opening "zarr" driver: Error reading "params.w/.zarray"'),
+    'device-memory': _orbax_wrapped(jax.errors.JaxRuntimeError(
+        'RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17179869184 bytes.')),
+    'interrupt': _orbax_wrapped(KeyboardInterrupt()),
+    'sharding': ValueError('One of device_put args was given the sharding of '
+                           "NamedSharding(mesh=Mesh('data': 2), spec=PartitionSpec('data',)), "
+                           'which implies that the global size of its dimension 0 should be '
+                           'divisible by 2, but it is equal to 3'),
+}
+
+
+@pytest.mark.parametrize('call', ['item_metadata', 'restore'])
+@pytest.mark.parametrize('error', TRANSIENT.values(), ids=TRANSIENT.keys())
+def test_failure_to_read_a_good_step_moves_nothing_and_says_why(tmp_path, monkeypatch, capsys,
+                                                                 call, error):
+  state, mngr, root = _saved(tmp_path)
+  mngr = checkpoint.manager(str(tmp_path), keep=5)
+
+  def fail(*args, **kwargs):
+    raise error
+
+  monkeypatch.setattr(mngr, call, fail)
+  with pytest.raises(type(error)) as raised:
+    checkpoint.restore(mngr, checkpoint.abstract(state), make_iterator())
+  assert raised.value is error  # the error itself, its message intact
+  assert 'every checkpoint is left in place' in capsys.readouterr().out
+  assert sorted(os.listdir(root)) == ['2', '4', '6']
+  monkeypatch.undo()  # the fault passes: the newest step is still there to resume from
+  assert checkpoint.restore(mngr, checkpoint.abstract(state), make_iterator())[0] == 6
 
 
 def test_every_checkpoint_damaged_is_an_error_not_a_fresh_start(tmp_path):
@@ -146,7 +238,8 @@ def test_unfinished_save_leaves_the_previous_checkpoint(tmp_path):
 
 def test_checkpoint_of_another_model_is_refused_by_name(tmp_path):
   state, mngr, root = _saved(tmp_path, steps=(2,))
-  other = {'step': jnp.int32(0), 'params': {'w': jnp.zeros((4, 3)), 'b': jnp.zeros(3)}}
+  other = {'step': jnp.int32(0), 'params': {'w': jnp.zeros((4, 3)), 'b': jnp.zeros(3),
+                                            'big': state['params']['big']}}
   with pytest.raises(checkpoint.ModelMismatchError,
                      match=r"params/b: not in the checkpoint; params/w: shape \(2, 3\) in the "
                            r"checkpoint, \(4, 3\) in this config"):

@@ -109,6 +109,14 @@ def kill_when(args, found, delay=0.0, timeout=300):
   return os.path.exists(path)
 
 
+def complete_steps(workdir):
+  """The steps whose checkpoint is complete (Orbax renames a save to its step when done)."""
+  try:
+    return [int(s) for s in os.listdir(os.path.join(workdir, 'checkpoints')) if s.isdigit()]
+  except FileNotFoundError:
+    return []
+
+
 def input_position(workdir, step=STEPS):
   """The grain iterator state each process saved at `step`."""
   files = sorted(glob.glob(os.path.join(workdir, 'checkpoints', str(step), 'data',
@@ -133,21 +141,22 @@ def test_sigkill_at_random_moments_then_resume_is_bitwise_equal(task, tmp_path, 
   building = lambda since: newer_than(f'{workdir}/prepared/.tmp-*', since)
   assert kill_when(args, building, delay=rng.uniform(0, 0.2)), f'seed {seed}'
   # 2. Between or during steps, at a random step and moment of the first half (the second
-  # half's saves are for 3.).
-  kill_at = rng.randrange(1, STEPS // 2)
+  # half's saves are for 3.), once the first checkpoint (step 4) is complete: every rerun
+  # from here on must resume, not start over.
+  kill_at = rng.randrange(4, STEPS // 2)
   logged = lambda since: (newer_than(f'{workdir}/metrics.jsonl', since)
-                          if logged_step(workdir) >= kill_at else None)
+                          if logged_step(workdir) >= kill_at and complete_steps(workdir)
+                          else None)
   kill_when(args, logged, delay=rng.uniform(0, 0.3))
   # 3. While an asynchronous save is written: caught as its temporary folder appears (a save
   # takes ~0.1 s here, so a kill can come late: up to three tries, each one more kill).
   saving = lambda since: newer_than(f'{workdir}/checkpoints/*.orbax-checkpoint-tmp*', since)
   assert any(kill_when(args, saving) for _ in range(3)), f'no kill landed in a save; seed {seed}'
-  complete = [int(s) for s in os.listdir(workdir / 'checkpoints') if s.isdigit()]
-  assert STEPS not in complete
+  complete = complete_steps(workdir)
+  assert complete and STEPS not in complete
 
   result = run_module('launch.train', *args)
-  if complete:  # the kills may all have come before the first save completed
-    assert f'Resumed from {workdir} at step {max(complete)}.' in result.stdout, result.stdout
+  assert f'Resumed from {workdir} at step {max(complete)}.' in result.stdout, result.stdout
   assert_bitwise_equal(final_state(str(reference)), final_state(str(workdir)))
   assert input_position(str(workdir)) == input_position(str(reference))
   # What the killed runs left half-written is gone.

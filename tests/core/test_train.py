@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 
+from bengrapheme import files
 from bengrapheme.grapheme import evaluate, kaggle
 from conftest import run_module
 
@@ -88,8 +89,23 @@ def test_predict_windows_read_the_test_images_in_order(grapheme_data, window_row
       np.testing.assert_array_equal(source[k]['image'], prepared[row[image_id]]['image'])
 
 
-def test_submission_is_never_partial(tmp_path):
+def test_submission_is_never_partial(tmp_path, monkeypatch):
   path = str(tmp_path / 'submission.csv')
   with pytest.raises(ValueError, match='3 row ids but 2 targets'):
     evaluate.write_submission(path, ['a', 'b', 'c'], [1, 2])
-  assert not os.path.exists(path) and not os.path.exists(path + '.tmp')
+  assert os.listdir(tmp_path) == []
+  evaluate.write_submission(path, ['a', 'b'], [1, 2])
+  before = open(path).read()
+
+  # A write that fails once the rows are written (here the flush to disk, as on a full disk)
+  # leaves the previous file whole and no temporary (files.temporary_name) beside it.
+  def fail(fd):
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        ['submission.csv', files.temporary_name('submission.csv')])
+    raise OSError(28, 'No space left on device')
+
+  monkeypatch.setattr(os, 'fsync', fail)
+  with pytest.raises(OSError, match='No space left'):
+    evaluate.write_submission(path, ['a', 'b', 'c'], [3, 4, 5])
+  assert os.listdir(tmp_path) == ['submission.csv']
+  assert open(path).read() == before == 'row_id,target\na,1\nb,2\n'

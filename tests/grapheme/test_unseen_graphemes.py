@@ -139,12 +139,6 @@ def test_prior_correction_and_routing():
   assert routed.tolist() == [list(classes.GRAPHEMES[5][:3])]
 
 
-def test_kaggle_config_mixes_rendered_graphemes():
-  config = grapheme_config.get_config('kaggle')
-  assert 0 < config.render.fraction < 1 and config.render.images >= 100000
-  assert config.model.consonant_parts and config.eval.tune_split == 'val'
-
-
 @pytest.mark.parametrize('render, message', [
     (dict(fraction=1.0), r'config.render.fraction must be in \[0, 1\)'),
     (dict(fraction=0.5, images=0), 'needs config.render.images >= 1'),

@@ -40,9 +40,11 @@ def test_backbone_learning_rate_is_scaled_and_frozen_first():
   plain = updates(config, params)
   config.train.update(backbone_lr_scale=0.25, backbone_frozen_steps=2)
   tuned = updates(config, params)
-  # Step 1 is the warm-up's zero learning rate for everything; step 2 the heads' first.
+  # Step 1 is the warm-up's zero learning rate for everything; step 2 the heads' first; from
+  # step 3 the backbone warms up over warmup_steps (2) of its own to its quarter rate.
+  assert config.train.warmup_steps == 2
   for step, (p, t) in enumerate(zip(plain, tuned), 1):
-    scale = 0.0 if step <= 2 else 0.25
+    scale = 0.25 * min(max(step - 2, 0) / 2, 1.0)
     for name in p:
       factor = scale if name == 'backbone' else 1.0
       for a, b in zip(jax.tree.leaves(p[name]), jax.tree.leaves(t[name])):

@@ -16,7 +16,8 @@ N = 101  # prime: no block size below divides it
 
 
 def reference(dist, labels):
-  """Argsort per row, query removed, ties broken against the query (non-relevant first)."""
+  """Argsort per row, query removed, ties broken against the query (non-relevant first);
+  Top-1 over every query, a query without a relevant item counting as a miss."""
   n = len(labels)
   aps, top1, pr10, pr100 = [], [], [], []
   for q in range(n):
@@ -30,8 +31,8 @@ def reference(dist, labels):
     top1.append(hits[0])
     pr10.append(hits[:10].sum() / min(10, rel.sum()))
     pr100.append(hits[:100].sum() / min(100, rel.sum()))
-  return dict(map=np.mean(aps), top1=np.mean(top1), pr10=np.mean(pr10), pr100=np.mean(pr100),
-              num_queries=len(aps))
+  return dict(map=np.mean(aps), top1=np.sum(top1) / n, top1_answerable=np.mean(top1),
+              pr10=np.mean(pr10), pr100=np.mean(pr100), num_queries=len(aps))
 
 
 def exact_distances(x, metric):
@@ -64,7 +65,7 @@ def make_data(metric, seed=0, n=N):
 
 def assert_same(got, want):
   assert got['num_queries'] == want['num_queries']
-  for key in ('map', 'top1', 'pr10', 'pr100'):
+  for key in ('map', 'top1', 'top1_answerable', 'pr10', 'pr100'):
     assert isinstance(got[key], float)
     assert abs(got[key] - want[key]) <= 1e-6, (key, got[key], want[key])
 
@@ -191,16 +192,70 @@ def organisers_load_dm(dm_fname, gt_fname):
   return dm, fnames, np.array([id2class[n] for n in fnames])
 
 
+def organisers_get_all_metrics(d, classes):
+  """(mAP, Top-1) of the organisers' evaluator, transcribed from anguelos/wi19_evaluate,
+  wi19/metrics.py: `get_all_metrics` (accuracy = precision_at[:, 0].mean()) through
+  `_get_precision_recall_matrices`, `_get_sorted_retrievals` (a plain np.argsort of each row,
+  its first column, the query itself, removed) and `_compute_map` (queries without a relevant
+  item left out)."""
+  correct_retrievals = classes[None, :] == classes[:, None]
+  sorted_indexes = np.argsort(d, axis=1)[:, 1:]
+  sorted_retrievals = correct_retrievals[np.arange(sorted_indexes.shape[0])[:, None],
+                                         sorted_indexes]
+  precision_at = (np.cumsum(sorted_retrievals, axis=1).astype('float') /
+                  np.cumsum(np.ones_like(sorted_retrievals), axis=1))
+  accuracy = precision_at[:, 0].mean()
+  valid = sorted_retrievals.sum(axis=1) > 0
+  ap = ((precision_at[valid] * sorted_retrievals[valid]).sum(axis=1) /
+        sorted_retrievals[valid].sum(axis=1))
+  return ap.mean(), accuracy
+
+
 def organisers_map(d, classes):
-  """The organisers' mAP (wi19/metrics.py `get_all_metrics`): a plain np.argsort of each
-  row, the first column (the query itself) removed, queries without a relevant item left
-  out."""
-  relevant = classes[None, :] == classes[:, None]
-  order = np.argsort(d, axis=1)[:, 1:]
-  hits = relevant[np.arange(len(d))[:, None], order]
-  precision = np.cumsum(hits, axis=1) / np.arange(1, hits.shape[1] + 1)
-  valid = hits.sum(axis=1) > 0
-  return ((precision * hits).sum(axis=1)[valid] / hits.sum(axis=1)[valid]).mean()
+  return organisers_get_all_metrics(d, classes)[0]
+
+
+def test_top1_and_map_as_the_organisers_with_a_single_fragment_writer():
+  # 13 fragments: six writers of two, each pair nearest to each other, and one writer with a
+  # single fragment: every answerable query is right, the single one cannot be.
+  writers = np.array([0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6])
+  x = (np.arange(13) // 2 * 10.0 + np.arange(13) % 2)[:, None].astype(np.float32)
+  d = metrics.distance_matrix(x)
+  want_map, want_top1 = organisers_get_all_metrics(d.astype(np.float64), writers)
+  got = metrics.metrics_from_distances(d, {'writer': writers})['writer']
+  assert (want_map, want_top1) == (1.0, pytest.approx(12 / 13))
+  assert got['map'] == pytest.approx(want_map, abs=1e-6)
+  assert got['top1'] == pytest.approx(want_top1, abs=1e-6)
+  assert got['top1_answerable'] == 1.0 and got['num_queries'] == 12
+  assert metrics.retrieval_metrics(x, writers)['top1'] == pytest.approx(want_top1, abs=1e-6)
+
+
+def test_top1_and_map_as_the_organisers_with_ties_and_singletons():
+  # Distances tie in blocks: every other fragment of the query's writer at 1 (all relevant),
+  # every fragment of a writer at distance |w - v| at 2 + |w - v| (all irrelevant, writers on
+  # both sides tie), so no tie mixes relevant and irrelevant items and the organisers'
+  # argsort order cannot change a score. Writers 7 and 8 have one fragment each.
+  rng = np.random.default_rng(11)
+  writers = np.concatenate([rng.permutation(np.repeat(np.arange(7), rng.integers(2, 6, 7))),
+                            [7, 8]])
+  gap = np.abs(writers[:, None] - writers[None]).astype(np.float64)
+  d = np.where(gap == 0, 1.0, 2.0 + gap)
+  np.fill_diagonal(d, 0.0)
+  assert len(np.unique(d)) < 12  # many ties
+  want_map, want_top1 = organisers_get_all_metrics(d, writers)
+  got = metrics.metrics_from_distances(d.astype(np.float32), {'writer': writers})['writer']
+  assert got['map'] == pytest.approx(want_map, abs=1e-6)
+  assert got['top1'] == pytest.approx(want_top1, abs=1e-6)
+  assert got['top1'] < got['top1_answerable'] == 1.0
+  # Where a relevant item ties with an irrelevant one, the project's query loses the tie: the
+  # organisers' scores with the relevant entries nudged after their ties.
+  d[0, 1:] = d[1:, 0] = 1.0
+  loses_ties = d + 1e-6 * (writers[:, None] == writers[None])
+  np.fill_diagonal(loses_ties, 0.0)
+  want_map, want_top1 = organisers_get_all_metrics(loses_ties, writers)
+  got = metrics.metrics_from_distances(d.astype(np.float32), {'writer': writers})['writer']
+  assert got['map'] == pytest.approx(want_map, abs=1e-6)
+  assert got['top1'] == pytest.approx(want_top1, abs=1e-6)
 
 
 def test_csv_default_is_what_the_organisers_evaluator_reads(tmp_path):

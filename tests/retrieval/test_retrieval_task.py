@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import run_module
-from retrieval import data, losses as losses_lib, model as model_lib
+from retrieval import data, losses as losses_lib, model as model_lib, reader
 
 
 def normalised(rng, n, d):
@@ -84,22 +84,54 @@ def test_netvlad_encoder_embeds_to_unit_vectors():
 def test_train_evaluate_and_score_exported_distances(fragment_data, fragment_evaluated):
   workdir = fragment_evaluated
   with open(os.path.join(workdir, 'eval', 'metrics.json')) as f:
-    report = json.load(f)['test']
-  for method in ('encoder', 'encoder_whitened', 'srs_lbp'):
+    scores = json.load(f)
+  report = scores['test']
+  for method in ('encoder', 'configured', 'srs_lbp', 'tuned'):
     for labeling in ('writer', 'page'):
-      for k in ('map', 'top1', 'pr10', 'pr100'):
+      for k in ('map', 'top1', 'top1_answerable', 'pr10', 'pr100'):
         assert 0.0 <= report[f'{method}/{labeling}/{k}'] <= 1.0
+  # Val chose the post-processing; test applied that choice, and scores it as its headline.
+  chosen = {k: v for k, v in scores['val'].items() if k.startswith('tuned_settings/')}
+  assert chosen['tuned_settings/chosen_on'] == 'val'
+  assert chosen == {k: v for k, v in report.items() if k.startswith('tuned_settings/')}
+  assert report['score'] == report['tuned/writer/map']
+  assert not any(k.startswith('tuning/') for k in report)
   names = sorted(os.listdir(os.path.join(fragment_data, 'test')))
   distances = np.load(os.path.join(workdir, 'eval', 'distances_test.npy'))
   assert distances.shape == (len(names), len(names))
-  # Scoring the exported CSV from outside gives the evaluator's own encoder figures.
+  # Scoring the exported CSV (eval.export_method: tuned) from outside gives the evaluator's
+  # own figures.
   result = run_module('launch.score_distances', '--distances',
                       os.path.join(workdir, 'eval', 'distances_test.csv'), '--data',
                       os.path.join(fragment_data, 'test'))
   scored = json.loads(result.stdout)
   for labeling in ('writer', 'page'):
     for k in ('map', 'top1', 'pr10', 'pr100'):
-      assert scored[labeling][k] == pytest.approx(report[f'encoder/{labeling}/{k}'], abs=1e-6)
+      assert scored[labeling][k] == pytest.approx(report[f'tuned/{labeling}/{k}'], abs=1e-6)
+
+
+def test_val_writers_are_held_out_of_training(fragment_data):
+  from configs import fragments
+  config = fragments.get_config('test')
+  config.data.dir = fragment_data
+  train, val = data.listing(config, 'train'), data.listing(config, 'val')
+  train_writers = {f.writer for f in train.fragments}
+  val_writers = {f.writer for f in val.fragments}
+  assert len(val_writers) == 2 and len(train_writers) == 4 and not train_writers & val_writers
+  everything = sorted(os.listdir(os.path.join(fragment_data, 'train')))
+  assert sorted(os.path.basename(f.path) for f in [*train.fragments, *val.fragments]) == \
+      everything
+  # Read through the whole train folder's listing: fragment i of val is val's file i.
+  assert np.array_equal(val.read_rgb(0), reader.decode(val.fragments[0].path))
+  # Drawn by data.val_seed alone: the training seed does not move them.
+  config.seed = 5
+  assert {f.writer for f in data.listing(config, 'val').fragments} == val_writers
+  config.data.val_seed = 1
+  assert {f.writer for f in data.listing(config, 'val').fragments} != val_writers
+  config.data.val_writers = 0.0
+  assert len(data.listing(config, 'train').fragments) == len(everything)
+  with pytest.raises(ValueError, match="split 'val' is empty: config.data.val_writers is 0"):
+    data.listing(config, 'val')
 
 
 def test_predict_says_in_one_line_that_fragments_have_no_predictor(fragment_data,

@@ -1,0 +1,108 @@
+"""launch.train --dry_run: compiles a config's train step and runs one step on random data
+shaped as the task's batches, printing its cost, with no data, no weight file and nothing
+written. The slow test is the only one that compiles the full recipes (EfficientNet-B3 at
+137x236, ResNet-34 on 64 px patches, both bf16)."""
+import importlib
+import math
+import os
+import re
+
+import pytest
+
+from bengrapheme import train
+from conftest import run_module
+
+
+def line(pattern, out):
+  """The numbers in the dry run's line matching `pattern`; fails naming it when missing."""
+  match = re.search(pattern, out, re.M)
+  assert match, f'no line matching {pattern!r} in:\n{out}'
+  return [float(x.replace(',', '')) for x in match.groups()]
+
+
+def dry_run(config, *overrides, devices=1, workdir=None, timeout=600):
+  """Runs the dry run of `config` (with --workdir when given); returns its output and
+  figures, after checking that it exited 0, printed every line, and left `workdir` absent."""
+  args = [f'--config={config}', '--dry_run', *overrides]
+  if workdir:
+    args += ['--workdir', workdir]
+  out = run_module('launch.train', *args, devices=devices, timeout=timeout).stdout
+  if workdir:
+    assert not os.path.exists(workdir), f'the dry run created {workdir}'
+  total, arguments, outputs, donated, temporaries, code = line(
+      r'^Memory per device: ([\d,.]+) MiB = arguments ([\d,.]+) MiB \+ outputs ([\d,.]+) MiB '
+      r'- donated ([\d,.]+) MiB \+ temporaries ([\d,.]+) MiB \+ generated code ([\d,.]+) MiB$',
+      out)
+  assert total > 0
+  assert math.isclose(total, arguments + outputs - donated + temporaries + code, abs_tol=0.3)
+  line(r'^Compiled the train step in ([\d.]+) s\.$', out)
+  loss, = line(r'^One step on random data: loss (\S+) \(finite\)', out)
+  assert math.isfinite(loss)
+  params, = line(r'^Parameters: ([\d,]+)$', out)
+  gflops, = line(r'^FLOPs per image: ([\d,.]+) GFLOP', out)
+  return dict(out=out, params=int(params), gflops=gflops)
+
+
+@pytest.mark.parametrize('config, devices, workdir', [
+    ('configs/grapheme.py:test', 1, False),  # no --workdir at all
+    ('configs/fragments.py:test', 2, True),  # one given that does not exist stays absent
+])
+def test_dry_run_prints_the_costs_and_writes_nothing(config, devices, workdir, tmp_path):
+  figures = dry_run(config, devices=devices,
+                    workdir=str(tmp_path / 'absent' / 'run') if workdir else None)
+  assert figures['params'] > 0 and figures['gflops'] > 0
+  assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize('name, data', [('grapheme', 'grapheme_data'),
+                                        ('fragments', 'fragment_data')])
+def test_random_batches_are_shaped_as_the_training_batches(name, data, request, tmp_path):
+  config = importlib.import_module(f'configs.{name}').get_config('test')
+  config.data.dir = request.getfixturevalue(data)
+  task = train.load_task(config)
+  size = config.train.batch_size
+  real = next(iter(task.train_data(config, str(tmp_path), size)))
+  shapes = lambda batch: {k: (v.dtype, v.shape) for k, v in batch.items()}
+  assert shapes(task.random_batch(config, size)) == shapes(real)
+
+
+def test_training_still_needs_a_workdir():
+  result = run_module('launch.train', '--config=configs/grapheme.py:test', check=False)
+  assert result.returncode != 0
+  assert '--workdir is required' in result.stderr
+
+
+def with_heads(backbone, *head_sizes):
+  """Parameters of the timm `backbone` plus a linear layer on its features per head size."""
+  return (sum(p.numel() for p in backbone.parameters()) +
+          (backbone.num_features + 1) * sum(head_sizes))
+
+
+@pytest.mark.slow
+def test_full_recipes_compile_and_run_at_their_size():
+  """Both full configs at their input size and bf16, batch 4: the parameter counts of their
+  PyTorch counterparts (timm, grayscale, no classifier) plus this project's heads."""
+  import timm  # torch: only this test needs it
+  import torch
+  with torch.device('meta'):  # shapes only
+    efficientnet = timm.create_model('efficientnet_b3', num_classes=0, in_chans=1)
+    resnet = timm.create_model('resnet34', num_classes=0, in_chans=1)
+
+  grapheme = dry_run('configs/grapheme.py:kaggle', '--config.train.batch_size=4',
+                     timeout=1200)
+  assert 'model.init_from (weights/efficientnet_b3' in grapheme['out']
+  assert 'image uint8 [4, 137, 236]' in grapheme['out']
+  # Heads: 168 roots, 11 vowels, 4 consonant parts, the 1,295-way whole-grapheme head.
+  assert grapheme['params'] == with_heads(efficientnet, 168, 11, 4, 1295)
+  # A train step is ~3 forward passes. EfficientNet-B3's forward at 300 px is 1.8 GMAC: 1.3
+  # GFLOP at 137x236 (0.36 the pixels), before its many elementwise ops (swish,
+  # squeeze-excite, BatchNorm).
+  assert 3.0 < grapheme['gflops'] < 10.0
+
+  fragments = dry_run('configs/fragments.py:hisfrag20', '--config.train.batch_size=4',
+                      '--config.train.writers_per_batch=2')
+  assert 'image uint8 [4, 64, 64, 1]' in fragments['out']
+  # GeM's learnt exponent p, and the 512 -> 64 projection.
+  assert fragments['params'] == 1 + with_heads(resnet, 64)
+  # ResNet-34's forward at 224 px is 3.6 GMAC: 0.6 GFLOP at 64 px (2/7 the side).
+  assert 1.0 < fragments['gflops'] < 3.0

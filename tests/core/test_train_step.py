@@ -1,0 +1,101 @@
+"""train.make_train_step on a tiny stand-in task: gradient accumulation, EMA, skipped steps."""
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from bengrapheme import parallel, train
+
+
+class Linear(nnx.Module):
+
+  def __init__(self, config, rngs):
+    del config
+    self.dense = nnx.Linear(4, 3, rngs=rngs)
+
+  def __call__(self, x):
+    return self.dense(x)
+
+
+def mean_squared_error(model, batch, key, config):
+  del key, config
+  loss = jnp.mean((model(batch['x']) - batch['y']) ** 2)
+  return loss, {'mse': loss}
+
+
+TASK = types.SimpleNamespace(make_model=Linear, loss=mean_squared_error)
+
+
+def config(**train_fields):
+  c = train.default_config()
+  c.model = dict(init_from='')
+  # No warm-up: the first step already moves the parameters. No clipping: it would hide a
+  # gradient of the wrong scale (so would Adam, but not its moments in the state).
+  c.train.update(steps=10, lr=0.01, warmup_steps=0, grad_clip=1e9, **train_fields)
+  return c
+
+
+def batch(size=16, seed=0):
+  rng = np.random.default_rng(seed)
+  return {'x': rng.normal(size=(size, 4)).astype(np.float32),
+          'y': rng.normal(size=(size, 3)).astype(np.float32)}
+
+
+def run(c, batches):
+  """The states (as numpy) before and after each step, and each step's scalars."""
+  mesh = parallel.make_mesh(c.mesh)
+  graphdef, state = train.init_state(c, TASK, mesh)
+  step = train.make_train_step(c, TASK, graphdef, mesh, jax.tree.map(lambda x: x.sharding, state))
+  states, scalars = [jax.device_get(state)], []
+  for b in batches:
+    state, out = step(state, parallel.global_batch(mesh, b))  # donates the previous state
+    states.append(jax.device_get(state))
+    scalars.append(jax.device_get(out))
+  return states, scalars
+
+
+def assert_trees_close(a, b, **tolerance):
+  assert jax.tree.structure(a) == jax.tree.structure(b)
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    np.testing.assert_allclose(x, y, **tolerance)
+
+
+def test_accumulated_micro_batches_equal_one_batch_k_times_the_size():
+  batches = [batch(seed=0), batch(seed=1)]  # two steps: Adam's second moment takes part
+  one, one_scalars = run(config(grad_accum_steps=1), batches)
+  accumulated, accumulated_scalars = run(config(grad_accum_steps=4), batches)
+  assert not np.allclose(one[2]['params']['dense']['kernel'],
+                         one[0]['params']['dense']['kernel'])
+  assert_trees_close(accumulated[-1], one[-1], rtol=1e-5, atol=1e-7)
+  for a, b in zip(accumulated_scalars, one_scalars):
+    for key in ('loss', 'mse', 'grad_norm'):
+      np.testing.assert_allclose(a[key], b[key], rtol=1e-5)
+
+
+def test_ema_is_decay_times_ema_plus_the_rest_times_the_new_params():
+  decay = 0.9
+  states, _ = run(config(ema_decay=decay), [batch(seed=0), batch(seed=1)])
+  for old, new in zip(states, states[1:]):
+    expected = jax.tree.map(lambda e, p: decay * e + (1 - decay) * p, old['ema'], new['params'])
+    assert_trees_close(new['ema'], expected, rtol=1e-6)
+  # After two steps the average lags the parameters: the check above compared distinct trees.
+  assert not np.allclose(states[2]['ema']['dense']['kernel'],
+                         states[2]['params']['dense']['kernel'])
+
+
+def test_a_non_finite_step_is_skipped_and_counted():
+  poisoned = batch(seed=1)
+  poisoned['x'][3, 2] = np.nan
+  states, scalars = run(config(skip_nonfinite=True, ema_decay=0.9),
+                        [batch(seed=0), poisoned, batch(seed=2)])
+  before, skipped, after = states[1], states[2], states[3]
+  assert [int(s['nonfinite']) for s in scalars] == [0, 1, 0]
+  assert [int(s['step']) for s in states] == [0, 1, 2, 3]  # the counter still moves on
+  for key in ('params', 'opt_state', 'ema', 'model_state'):
+    jax.tree.map(np.testing.assert_array_equal, skipped[key], before[key])
+  assert int(skipped['first_nonfinite_step']) == 2 == int(after['first_nonfinite_step'])
+  # The next good step trains on from the kept state.
+  assert not np.allclose(after['params']['dense']['kernel'], before['params']['dense']['kernel'])
+  assert all(np.isfinite(x).all() for x in jax.tree.leaves(after))
