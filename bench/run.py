@@ -76,7 +76,17 @@ def machine():
   backend = probe.stdout.strip() or f'unknown ({probe.stderr.strip()[-200:]})'
   return dict(cpu_count=os.cpu_count(), cpu=model, platform=platform.platform(),
               python=platform.python_version(), jax=_version('jax'),
-              jaxlib=_version('jaxlib'), jax_backend=backend)
+              jaxlib=_version('jaxlib'), jax_backend=backend, flax=_version('flax'),
+              numpy=_version('numpy'), torch=_version('torch'))
+
+
+def commit():
+  """The checkout's commit, '-dirty' when it has uncommitted changes (then no commit holds
+  the code that was measured)."""
+  git = lambda *a: subprocess.run(['git', *a], cwd=common.ROOT, capture_output=True,
+                                  text=True).stdout.strip()
+  return (git('rev-parse', 'HEAD') or 'unknown') + ('-dirty' if git('status', '--porcelain')
+                                                    else '')
 
 
 def _version(package):
@@ -138,23 +148,22 @@ def _number(v):
 
 
 def table(results):
-  m = results['machine']
   quick = any(entry['quick'] for entry in results['modules'].values())
   lines = [
-      f'`python -m bench.run{" --quick" if quick else ""}`, {results["date"][:10]}: '
-      f'{m["cpu_count"]} CPU cores ({m["cpu"]}), jax {m["jax"]} ({m["jax_backend"]}). '
-      'Each ratio is against the reference measured in the same run, in turns with it, '
-      'fastest of `repeats` each; higher is better. Full data: `bench/results.json`.',
+      f'`python -m bench.run{" --quick" if quick else ""}` (modules measured apart keep their '
+      'own rows: each row names its date, commit and machine; `bench/results.json` has the '
+      'versions). Each ratio is against the reference measured in the same run, in turns with '
+      'it, fastest of `repeats` each; higher is better.',
   ]
   loads = [x for e in results['modules'].values() for x in e.get('load_average', [])]
   if loads:
-    lines[0] += (f' Load average from other processes during the run: {min(loads):.1f}-'
-                 f'{max(loads):.1f} on {m["cpu_count"]} cores.')
+    lines[0] += (f' Load average from other processes during the runs: {min(loads):.1f}-'
+                 f'{max(loads):.1f}.')
   if quick:
     lines.append('')
     lines.append('**--quick run: reduced sizes, a smoke test; not the figures to quote.**')
-  lines += ['', '| benchmark | result | reference | ratio | target | | notes |',
-            '|---|---|---|---|---|---|---|']
+  lines += ['', '| benchmark | result | reference | ratio | target | | notes | measured |',
+            '|---|---|---|---|---|---|---|---|']
   for row in results['results']:
     reference = row['reference'] or ''
     if row['reference_value'] is not None:
@@ -162,13 +171,19 @@ def table(results):
     ratio = '' if row['ratio'] is None else f'{_number(row["ratio"])}x'
     verdict = {True: 'pass', False: '**miss**', None: ''}[row['passed']]
     cells = [row['name'], f'{_number(row["value"])} {row["unit"]}', reference, ratio,
-             row['target'] or '', verdict, row.get('note', '')]
+             row['target'] or '', verdict, row.get('note', ''), measured(row)]
     lines.append('| ' + ' | '.join(c.replace('|', '\\|') for c in cells) + ' |')
   for name, entry in results['modules'].items():
     if entry.get('error'):
       lines.append('')
       lines.append(f'`bench/{name}.py` failed: {entry["error"].strip().splitlines()[-1]}')
   return '\n'.join(lines)
+
+
+def measured(row):
+  m = row['machine']
+  return (f'{row["date"][:10]}, {row["commit"][:7]}{"-dirty" * row["commit"].endswith("-dirty")}'
+          f', {m["cpu_count"]} cores {m["cpu"]}, jax {m["jax"]} {m["jax_backend"].split(",")[0]}')
 
 
 def write_readme(path, text):
@@ -201,7 +216,7 @@ def main():
     with open(args.results) as f:
       results = json.load(f)
   started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
-  info = machine()
+  info, code = machine(), commit()
   for name in names:
     print(f'== bench/{name}.py', file=sys.stderr, flush=True)
     start, load = time.perf_counter(), os.getloadavg()[0]
@@ -209,8 +224,8 @@ def main():
       rows, error = [], f'bench/{name}.py does not exist'
     else:
       rows, error = run_module(name, args.quick)
-    for row in rows:
-      row['module'] = name
+    for row in rows:  # every row says where, when and at which commit it was measured
+      row.update(module=name, date=started, commit=code, machine=info)
     results['results'] = [r for r in results['results'] if r.get('module') != name] + rows
     # Load from other processes on the machine, before and after: the ratios are meant to
     # survive it, the absolute figures do not.
@@ -229,7 +244,6 @@ def main():
   order = MODULES + ON_REQUEST
   results['results'].sort(key=lambda r: order.index(r['module'])
                            if r.get('module') in order else len(order))
-  results.update(date=started, machine=info)
   files.write_atomic(args.results, json.dumps(results, indent=1) + '\n')
   if args.readme:
     write_readme(args.readme, table(results))

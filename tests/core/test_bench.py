@@ -46,8 +46,9 @@ def test_module_rows_and_errors_come_back(fake_modules):
 def test_table_goes_between_the_markers(tmp_path):
   row = common.record('fake speed', 12345.6, 'images/s', 'ref', 1000.0, ratio=12.3456,
                       target='>= 5x', passed=True, repeats=3, note='a | b')
-  results = dict(date='2026-01-02T03:04:05+00:00', results=[dict(row, module='x')],
-                 machine=dict(cpu_count=2, cpu='cpu', jax='0', jax_backend='cpu'),
+  machine = dict(cpu_count=2, cpu='cpu', jax='0', jax_backend='cpu, 1 device: cpu')
+  results = dict(results=[dict(row, module='x', date='2026-01-02T03:04:05+00:00',
+                               commit='0123456789abcdef', machine=machine)],
                  modules=dict(x=dict(quick=False, error=None),
                               y=dict(quick=False, error='exit code 1: Boom\nValueError: bad')))
   readme = tmp_path / 'README.md'
@@ -56,8 +57,8 @@ def test_table_goes_between_the_markers(tmp_path):
   text = readme.read_text()
   assert text.startswith('# t\n\n' + run.BEGIN) and text.endswith(run.END + '\nafter\n')
   assert 'old' not in text
-  assert '| fake speed | 12,346 images/s | ref: 1,000 images/s | 12.3x | >= 5x | pass | a \\| b |' \
-      in text
+  assert ('| fake speed | 12,346 images/s | ref: 1,000 images/s | 12.3x | >= 5x | pass | a \\| b '
+          '| 2026-01-02, 0123456, 2 cores cpu, jax 0 cpu |') in text
   assert '`bench/y.py` failed: ValueError: bad' in text
   run.write_readme(readme, 'new')  # rewriting replaces, never stacks
   assert readme.read_text() == f'# t\n\n{run.BEGIN}\nnew\n{run.END}\nafter\n'

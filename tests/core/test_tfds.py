@@ -67,14 +67,18 @@ def test_bengaliai_matches_the_kaggle_reader(grapheme_data, tfds_dir, tmp_path):
 
 def test_hisfrag20_matches_the_folder_reader(fragment_data, tfds_dir, tmp_path):
   direct, built = configs(fragment_configs, fragment_data, tfds_dir, 'folder')
-  for split in ('train', 'test'):
+  for split in ('train', 'val', 'test'):  # val: writers of train/ held out of training
     expected = fragment_task.source(direct, str(tmp_path / 'folder'), split)
     got = fragment_task.source(built, str(tmp_path / 'tfds'), split)
     assert got.names == expected.names
     assert_same_records(expected, got)  # fitted fragments decoded from the same JPEG bytes
+  for split in ('train', 'test'):
     records = tfds.data_source('hisfrag20', split=split, data_dir=tfds_dir, download=False,
                                decoders={'image': tfds.decode.SkipDecoding()})
-    for name, record in zip(expected.names, records):
+    names = [os.path.basename(f.path)
+             for f in reader.list_fragments(os.path.join(fragment_data, split))]
+    assert len(names) == len(records)
+    for name, record in zip(names, records):
       assert record['file_name'].decode() == name
       assert (record['writer'], record['page'], record['fragment']) == reader.parse_name(name)
       with open(os.path.join(fragment_data, split, name), 'rb') as f:

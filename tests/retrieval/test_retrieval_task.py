@@ -142,3 +142,33 @@ def test_predict_says_in_one_line_that_fragments_have_no_predictor(fragment_data
   assert result.stderr.strip().splitlines() == [
       'retrieval.task has no predictor (it has no submission format); python -m '
       'launch.evaluate writes its scores and exports']
+
+
+def _pipeline(encoder, lbp_embeddings):
+  from configs import fragments
+  from retrieval import evaluate
+  config = fragments.get_config('test')
+  starts = np.arange(len(encoder) + 1)  # one patch a fragment: its descriptor is itself
+  return evaluate.Pipeline(config, encoder, starts, lbp_embeddings, whitening_fit=None)
+
+
+def test_val_keeps_a_step_off_unless_it_helps():
+  from retrieval import evaluate
+  rng = np.random.default_rng(0)
+  writers = np.repeat(np.arange(12), 5)
+  noisy = rng.normal(size=(60, 16)).astype(np.float32) + 0.8 * rng.normal(size=(12, 16))[writers]
+  clean = (rng.normal(size=(12, 16))[writers] + 0.05 * rng.normal(size=(60, 16))).astype(np.float32)
+  labels = {'writer': writers, 'page': writers}
+  # SRS-LBP that tells the writers apart perfectly: fusion is chosen.
+  chosen, tried = evaluate.tune(_pipeline(noisy, clean), labels)
+  assert chosen['fusion_weight'] > 0
+  assert tried['fusion_weight'][str(chosen['fusion_weight'])] > tried['fusion_weight']['0.0']
+  # SRS-LBP that is noise: fusion stays off, and so does every step that does not help.
+  chosen, tried = evaluate.tune(_pipeline(clean, rng.normal(size=(60, 16)).astype(np.float32)),
+                                labels)
+  assert chosen['fusion_weight'] == 0.0
+  for name, grid in evaluate.GRIDS:
+    off = tried[name][str(grid[0])]
+    assert chosen[name] == grid[0] or tried[name][str(chosen[name])] > off
+  # Whitening is tried only up to what 60 descriptors of 16 dims allow.
+  assert set(tried['whitening_dims']) == {'0', '16'}

@@ -1,0 +1,142 @@
+"""The records behind the README's accuracy tables: one small JSON file a reported run.
+
+  # after `launch.evaluate` of a run, keep its scores (the commands as they were typed):
+  python -m bench.records add --name grapheme-demo --workdir W --command '...' --command '...'
+  # redraw the README's tables from the records:
+  python -m bench.records readme
+
+A record (bench/records/NAME.json) holds the commands that produced the run, the commit they
+ran at, the date, the machine, a note, and every score of W/eval/metrics.json (flattened,
+'split/a/b' keys). The README's tables are drawn from records only (TABLES below), between
+`<!-- records:TABLE:begin -->` and `<!-- records:TABLE:end -->`; tests/core/test_records.py
+checks that the README holds exactly what the records say.
+"""
+import argparse
+import datetime
+import json
+import os
+import subprocess
+
+from bench import common, run
+from bengrapheme import evaluation, files
+
+RECORDS = os.path.join(common.ROOT, 'bench', 'records')
+FIELDS = ('name', 'commands', 'commit', 'date', 'machine', 'note', 'scores')
+
+GRAPHEME_COLUMNS = (
+    ('val, mean of seen and unseen (what chooses)', 'val/tuned/configured_balanced_score'),
+    ('test, all', 'test/combined/all/score'),
+    ('seen', 'test/combined/seen/score'),
+    ('unseen, rendered', 'test/combined/unseen_rendered/score'),
+    ('unseen, never rendered', 'test/combined/unseen_never_rendered/score'))
+FRAGMENT_COLUMNS = (('writer mAP', 'writer/map'), ('writer Top-1', 'writer/top1'),
+                    ('writer Pr@10', 'writer/pr10'), ('page mAP', 'page/map'),
+                    ('page Top-1', 'page/top1'))
+# table -> (columns (header, key), rows (label, record, key prefix of the row's scores)).
+TABLES = {
+    'grapheme-demo': (GRAPHEME_COLUMNS, (
+        ('`render.fraction=0.5`', 'grapheme-demo-render0.5', ''),
+        ('`render.fraction=0.25`, no routing: val\'s choice, `make demo`',
+         'grapheme-demo', ''))),
+    'fragments-demo': (FRAGMENT_COLUMNS, (
+        ('val: SRS-LBP', 'fragments-demo', 'val/srs_lbp/'),
+        ('val: encoder', 'fragments-demo', 'val/encoder/'),
+        ('val: encoder + what val chose (in-sample)', 'fragments-demo', 'val/tuned/'),
+        ('test: SRS-LBP baseline', 'fragments-demo', 'test/srs_lbp/'),
+        ('test: encoder', 'fragments-demo', 'test/encoder/'),
+        ("test: encoder + val's choice (`make demo-fragments`' headline)", 'fragments-demo',
+         'test/tuned/'),
+        ('other collection: SRS-LBP baseline', 'fragments-demo-other', 'test/srs_lbp/'),
+        ('other collection: encoder', 'fragments-demo-other', 'test/encoder/'),
+        ("other collection: encoder + val's choice", 'fragments-demo-other',
+         'test/tuned/'))),
+}
+
+
+def path_of(name):
+  return os.path.join(RECORDS, f'{name}.json')
+
+
+def load(name):
+  with open(path_of(name)) as f:
+    record = json.load(f)
+  missing = [k for k in FIELDS if k not in record]
+  if missing:
+    raise ValueError(f'{path_of(name)}: lacks {", ".join(missing)}')
+  return record
+
+
+def table(name):
+  """The markdown table `name` of TABLES, every number read from its record."""
+  columns, rows = TABLES[name]
+  lines = ['| run | ' + ' | '.join(h for h, _ in columns) + ' | record |',
+           '|---' * (len(columns) + 2) + '|']
+  for label, record_name, prefix in rows:
+    scores = load(record_name)['scores']
+    cells = []
+    for _, key in columns:
+      if prefix + key not in scores:
+        raise KeyError(f'bench/records/{record_name}.json has no score {prefix + key}')
+      cells.append(f'{scores[prefix + key]:.3f}')
+    lines.append(f'| {label} | ' + ' | '.join(cells) +
+                 f' | [{record_name}](bench/records/{record_name}.json) |')
+  return '\n'.join(lines)
+
+
+def markers(name):
+  return f'<!-- records:{name}:begin -->', f'<!-- records:{name}:end -->'
+
+
+def readme_block(readme, name):
+  begin, end = markers(name)
+  start, stop = readme.find(begin), readme.find(end)
+  if start < 0 or stop < start:
+    raise ValueError(f'README.md: no {begin} ... {end} section for table {name!r}')
+  return readme[start + len(begin):stop].strip('\n')
+
+
+def write_readme(path=run.README):
+  with open(path) as f:
+    readme = f.read()
+  for name in TABLES:
+    readme_block(readme, name)  # both markers there, in order
+    begin, end = markers(name)
+    readme = (readme[:readme.index(begin) + len(begin)] + f'\n{table(name)}\n' +
+              readme[readme.index(end):])
+  files.write_atomic(path, readme)
+
+
+def add(name, workdir, commands, commit, note):
+  with open(os.path.join(workdir, 'eval', 'metrics.json')) as f:
+    scores = evaluation.flatten(json.load(f))
+  if not commit:
+    commit = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=common.ROOT, check=True,
+                            capture_output=True, text=True).stdout.strip()
+  record = dict(name=name, commands=commands, commit=commit,
+                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+                machine=run.machine(), note=note, scores=scores)
+  os.makedirs(RECORDS, exist_ok=True)
+  files.write_atomic(path_of(name), json.dumps(record, indent=1, sort_keys=True) + '\n')
+  return path_of(name)
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  commands = parser.add_subparsers(dest='what', required=True)
+  a = commands.add_parser('add', help="keep a run's scores as bench/records/NAME.json")
+  a.add_argument('--name', required=True)
+  a.add_argument('--workdir', required=True, help='the run, evaluated (W/eval/metrics.json)')
+  a.add_argument('--command', action='append', required=True, dest='commands',
+                 help='a command of the run, as typed (repeat, in order)')
+  a.add_argument('--commit', default='', help='the commit the commands ran at (default: HEAD)')
+  a.add_argument('--note', default='', help='what else a reader needs: load, interruptions')
+  commands.add_parser('readme', help="redraw the README's tables from the records")
+  args = parser.parse_args()
+  if args.what == 'add':
+    print(add(args.name, args.workdir, args.commands, args.commit, args.note))
+  else:
+    write_readme()
+
+
+if __name__ == '__main__':
+  main()
