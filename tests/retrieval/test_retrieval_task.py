@@ -172,3 +172,12 @@ def test_val_keeps_a_step_off_unless_it_helps():
     assert chosen[name] == grid[0] or tried[name][str(chosen[name])] > off
   # Whitening is tried only up to what 60 descriptors of 16 dims allow.
   assert set(tried['whitening_dims']) == {'0', '16'}
+
+
+def test_whitening_beyond_the_descriptor_is_an_error_not_a_silent_cut():
+  rng = np.random.default_rng(0)
+  pipeline = _pipeline(rng.normal(size=(60, 16)).astype(np.float32), None)
+  assert pipeline.descriptors(1.0, 16).shape == (60, 16)
+  with pytest.raises(ValueError, match='whitening to 512 dims: at most 16 here '
+                                       r'\(descriptors of 16 dims, fitted on 60 fragments\)'):
+    pipeline.descriptors(1.0, 512)
