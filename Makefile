@@ -2,33 +2,45 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # Debian packages: the fonts the synthetic generators draw with (Bengali graphemes; historical
-# writers), and the headless browser the tests render eval/report.html in.
-DEBIAN_PACKAGES := chromium \
+# writers). The tests also render eval/report.html in a headless browser (TEST_PACKAGES).
+DEBIAN_PACKAGES := \
   fonts-beng fonts-beng-extra fonts-lohit-beng-bengali fonts-noto-core fonts-freefont-ttf \
   fonts-dkg-handwriting fonts-breip fonts-sjfonts fonts-rufscript fonts-kristi fonts-dancingscript \
   fonts-kaushanscript fonts-ecolier-court fonts-tlwg-purisa-ttf fonts-comic-neue fonts-joscelyn \
   fonts-isabella fonts-blankenburg fonts-gotico-antiqua fonts-junicode fonts-elstob fonts-cardo \
   fonts-klaudia-berenika
+TEST_PACKAGES := chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_DATA := data/bengali-synth
 DEMO_WORKDIR := workdirs/grapheme-demo
 FRAG_DATA := data/fragments-synth
 FRAG_WORKDIR := workdirs/fragments-demo
 
-.PHONY: setup system-packages demo demo-fragments test wheelhouse
+.PHONY: setup setup-test system-packages test-packages demo demo-fragments test wheelhouse
+# What the demos need (~1.6 GB venv); setup-test adds the tests' extras (README: Quickstart).
 setup: $(VENV)/.installed system-packages
+setup-test: setup $(VENV)/.installed-test test-packages
 
-# requirements-torch.txt: the PyTorch references the backbone tests compare against (a CUDA
-# build of torch: ~2.7 GB of wheels, 5.5 GB installed, ~2-3 min; requirements-torch.txt says why).
-$(VENV)/.installed: requirements.txt requirements-torch.txt
+$(VENV)/.installed: requirements.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt -r requirements-torch.txt
+	$(PY) -m pip install -q -r requirements.txt
+	touch $@
+
+# requirements-torch.txt: the PyTorch references the backbone tests and a benchmark compare
+# against (a CUDA build of torch: ~2.7 GB of wheels, ~5.3 GB installed, ~2-3 min;
+# requirements-torch.txt says why). Neither demo imports it.
+$(VENV)/.installed-test: $(VENV)/.installed requirements-torch.txt
+	$(PY) -m pip install -q -r requirements-torch.txt
 	touch $@
 
 system-packages:
 	@dpkg -s $(DEBIAN_PACKAGES) >/dev/null 2>&1 || { $(SUDO) apt-get update -q && \
 	  $(SUDO) apt-get install -y -q --no-install-recommends $(DEBIAN_PACKAGES) fontconfig; }
+
+test-packages:
+	@dpkg -s $(TEST_PACKAGES) >/dev/null 2>&1 || { $(SUDO) apt-get update -q && \
+	  $(SUDO) apt-get install -y -q --no-install-recommends $(TEST_PACKAGES); }
 
 $(DEMO_DATA)/train.csv: | setup
 	$(PY) -m bengrapheme.grapheme.synth --out $(DEMO_DATA) --train 16000 --test 2000 --seed 0
@@ -46,7 +58,7 @@ demo-fragments: setup $(FRAG_DATA)/test
 	$(PY) -m launch.train --config configs/fragments.py:demo --data $(FRAG_DATA) --workdir $(FRAG_WORKDIR)
 	$(PY) -m launch.evaluate --config configs/fragments.py:demo --data $(FRAG_DATA) --workdir $(FRAG_WORKDIR)
 
-test: setup
+test: setup-test
 	$(PY) -m pytest -q -m "slow or not slow" --durations=15
 
 # The project and its runtime dependencies as wheels, for an offline install (a Kaggle
