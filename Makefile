@@ -17,7 +17,7 @@ FRAG_DATA := data/fragments-synth
 FRAG_WORKDIR := workdirs/fragments-demo
 
 .PHONY: setup setup-test system-packages test-packages demo demo-fragments test wheelhouse
-# What the demos need (~1.6 GB venv); setup-test adds the tests' extras (README: Quickstart).
+# What the demos need (a 1.5 GB venv); setup-test adds the tests' extras (README: Quickstart).
 setup: $(VENV)/.installed system-packages
 setup-test: setup $(VENV)/.installed-test test-packages
 
