@@ -48,11 +48,11 @@ def resolve_config_args(argv, cwd=None):
 
 
 def _run(module_name):
-  from absl import app
+  from launch import cli
   sys.argv = resolve_config_args(sys.argv)
   module = importlib.import_module(module_name)
   sys.modules['__main__'].__doc__ = module.__doc__  # what --help prints, as under python -m
-  app.run(module.main)
+  cli.run(module.main)
 
 
 def train_main():

@@ -3,9 +3,8 @@ score) and WORKDIR/eval/report.html, and prints a table of the headline scores.
 
   python -m launch.evaluate --config configs/grapheme.py:demo --data DATA --workdir DIR
 """
-from absl import app
 
-from launch import flags
+from launch import cli, flags
 
 
 def main(argv):
@@ -15,4 +14,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -2,9 +2,8 @@
 
   python -m launch.predict --config configs/grapheme.py:kaggle --data DATA --workdir DIR
 """
-from absl import app
 
-from launch import flags
+from launch import cli, flags
 
 
 def main(argv):
@@ -19,4 +18,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -10,9 +10,10 @@ import json
 import os
 
 import numpy as np
-from absl import app, flags, logging
+from absl import flags, logging
 
 from bengrapheme import files
+from launch import cli
 
 DISTANCES = flags.DEFINE_string('distances', None, 'N x N distance CSV with file names.')
 DATA = flags.DEFINE_string('data', None, 'Folder of the N fragments (WID_PID_FID.jpg).')
@@ -59,4 +60,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -16,10 +16,9 @@ and no weight file (random initialisation) and writes nothing (--workdir may be 
 """
 import time
 
-from absl import app
 from absl import flags as absl_flags
 
-from launch import flags
+from launch import cli, flags
 
 DRY_RUN = absl_flags.DEFINE_bool(
     'dry_run', False, 'Compile the train step for the devices here and run one step on '
@@ -102,4 +101,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

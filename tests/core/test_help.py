@@ -1,0 +1,37 @@
+"""--help of every entry point: the project's own flags, one line each, exit 0."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, run_module
+
+FLAGS = {'launch.train': ('config', 'workdir', 'data', 'dry_run'),
+         'launch.evaluate': ('config', 'workdir', 'data'),
+         'launch.predict': ('config', 'workdir', 'data'),
+         'launch.score_distances': ('distances', 'data', 'out')}
+
+
+def listed_flags(stdout):
+  lines = stdout.splitlines()
+  return [line.split(':', 1)[0].strip() for line in lines[lines.index('Flags:') + 1:]]
+
+
+@pytest.mark.parametrize('module', sorted(FLAGS))
+@pytest.mark.parametrize('flag', ['--help', '-h'])
+def test_help_lists_the_own_flags_and_exits_0(module, flag):
+  result = run_module(module, flag, timeout=120)  # raises unless it exits 0
+  assert listed_flags(result.stdout) == [f'--{f}' for f in (*FLAGS[module], 'helpfull')]
+  assert 'python -m ' + module in result.stdout  # the module's usage comes first
+  assert result.stderr == ''
+
+
+def test_installed_command_lists_the_same_flags(tmp_path):
+  code = ('import sys; sys.argv = ["bengrapheme-train", "--help"]; '
+          'from launch import commands; commands.train_main()')
+  installed = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, capture_output=True,
+                             text=True, env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
+  assert installed.returncode == 0, installed.stderr
+  assert listed_flags(installed.stdout) == [f'--{f}' for f in (*FLAGS['launch.train'],
+                                                                'helpfull')]
