@@ -1,18 +1,21 @@
-"""The records behind the README's accuracy tables: one small JSON file a reported run.
+"""The records behind the accuracy tables of README.md and docs/: one small JSON file a run.
 
   # after `launch.evaluate` of a run, keep its scores (the commands as they were typed):
   python -m bench.records add --name grapheme-demo --workdir W --command '...' --command '...'
-  # redraw the README's tables from the records:
+  # redraw the tables in README.md and docs/*.md from the records:
   python -m bench.records readme
 
 A record (bench/records/NAME.json) holds the commands that produced the run, the commit they
 ran at, the date, the machine, a note, and every score of W/eval/metrics.json (flattened,
-'split/a/b' keys). The README's tables are drawn from records only (TABLES below), between
-`<!-- records:TABLE:begin -->` and `<!-- records:TABLE:end -->`; tests/core/test_records.py
-checks that the README holds exactly what the records say.
+'split/a/b' keys). The tables are drawn from records only (TABLES below), between
+`<!-- records:TABLE:begin -->` and `<!-- records:TABLE:end -->` in whichever pages hold
+those markers (README.md, docs/*.md; a table may stand in more than one page, and must stand
+in at least one); each table's links to its records are relative to its page.
+tests/core/test_records.py checks that every page holds exactly what the records say.
 """
 import argparse
 import datetime
+import glob
 import json
 import os
 import subprocess
@@ -21,6 +24,7 @@ from bench import common, run
 from bengrapheme import evaluation, files
 
 RECORDS = os.path.join(common.ROOT, 'bench', 'records')
+README = os.path.join(common.ROOT, 'README.md')
 FIELDS = ('name', 'commands', 'commit', 'date', 'machine', 'note', 'scores')
 
 GRAPHEME_COLUMNS = (
@@ -66,9 +70,20 @@ def load(name):
   return record
 
 
-def table(name):
-  """The markdown table `name` of TABLES, every number read from its record."""
+def pages():
+  """The markdown pages that may hold tables: README.md, then docs/*.md."""
+  return [README] + sorted(glob.glob(os.path.join(common.ROOT, 'docs', '*.md')))
+
+
+def _shown(page):
+  return os.path.relpath(page, common.ROOT)
+
+
+def table(name, page=None):
+  """The markdown table `name` of TABLES, every number read from its record; the links to
+  the records are relative to `page` (default README.md)."""
   columns, rows = TABLES[name]
+  here = os.path.dirname(page or README)
   lines = ['| run | ' + ' | '.join(h for h, _ in columns) + ' | record |',
            '|---' * (len(columns) + 2) + '|']
   for label, record_name, prefix in rows:
@@ -78,8 +93,8 @@ def table(name):
       if prefix + key not in scores:
         raise KeyError(f'bench/records/{record_name}.json has no score {prefix + key}')
       cells.append(f'{scores[prefix + key]:.3f}')
-    lines.append(f'| {label} | ' + ' | '.join(cells) +
-                 f' | [{record_name}](bench/records/{record_name}.json) |')
+    link = os.path.relpath(path_of(record_name), here).replace(os.sep, '/')
+    lines.append(f'| {label} | ' + ' | '.join(cells) + f' | [{record_name}]({link}) |')
   return '\n'.join(lines)
 
 
@@ -87,23 +102,48 @@ def markers(name):
   return f'<!-- records:{name}:begin -->', f'<!-- records:{name}:end -->'
 
 
-def readme_block(readme, name):
+def block(text, name, page=None):
+  """What the page's text holds between table `name`'s markers."""
   begin, end = markers(name)
-  start, stop = readme.find(begin), readme.find(end)
+  start, stop = text.find(begin), text.find(end)
   if start < 0 or stop < start:
-    raise ValueError(f'README.md: no {begin} ... {end} section for table {name!r}')
-  return readme[start + len(begin):stop].strip('\n')
+    raise ValueError(f'{_shown(page or README)}: no {begin} ... {end} section for table '
+                     f'{name!r}')
+  return text[start + len(begin):stop].strip('\n')
 
 
-def write_readme(path=run.README):
-  with open(path) as f:
-    readme = f.read()
-  for name in TABLES:
-    readme_block(readme, name)  # both markers there, in order
+def _read(page):
+  with open(page) as f:
+    return f.read()
+
+
+def pages_holding(name, candidates=None):
+  """The pages (of `candidates`, default pages()) that hold table `name`'s begin marker; an
+  error naming the table when none does."""
+  candidates = pages() if candidates is None else list(candidates)
+  holders = [p for p in candidates if markers(name)[0] in _read(p)]
+  if not holders:
     begin, end = markers(name)
-    readme = (readme[:readme.index(begin) + len(begin)] + f'\n{table(name)}\n' +
-              readme[readme.index(end):])
-  files.write_atomic(path, readme)
+    raise ValueError(f'table {name!r}: no page holds {begin} ... {end} (looked in '
+                     f'{", ".join(_shown(p) for p in candidates)})')
+  return holders
+
+
+def write_pages(candidates=None):
+  """Redraws every table in every page that holds it; a page is rewritten only if it
+  changes."""
+  holding = {name: pages_holding(name, candidates) for name in TABLES}
+  for page in sorted({p for holders in holding.values() for p in holders}):
+    text = new = _read(page)
+    for name, holders in holding.items():
+      if page not in holders:
+        continue
+      block(new, name, page)  # both markers there, in order
+      begin, end = markers(name)
+      new = (new[:new.index(begin) + len(begin)] + f'\n{table(name, page)}\n' +
+             new[new.index(end):])
+    if new != text:
+      files.write_atomic(page, new)
 
 
 def add(name, workdir, commands, commit, note):
@@ -130,12 +170,13 @@ def main():
                  help='a command of the run, as typed (repeat, in order)')
   a.add_argument('--commit', default='', help='the commit the commands ran at (default: HEAD)')
   a.add_argument('--note', default='', help='what else a reader needs: load, interruptions')
-  commands.add_parser('readme', help="redraw the README's tables from the records")
+  commands.add_parser('readme', help='redraw the tables in README.md and docs/*.md from the '
+                      'records')
   args = parser.parse_args()
   if args.what == 'add':
     print(add(args.name, args.workdir, args.commands, args.commit, args.note))
   else:
-    write_readme()
+    write_pages()
 
 
 if __name__ == '__main__':

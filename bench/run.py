@@ -1,4 +1,4 @@
-"""Runs every benchmark; writes bench/results.json and the table in README.md.
+"""Runs every benchmark; writes bench/results.json and the table in docs/benchmarks.md.
 
   python -m bench.run                      # everything, full size (~15 minutes on 2 cores)
   python -m bench.run --quick              # reduced sizes, a smoke run (~2-3 minutes)
@@ -53,7 +53,8 @@ MODULES = ('input_pipeline', 'train_step', 'metrics_speed', 'sharding')
 # Run only when named with --only: ~1 h and ~45 GB of disk (bench/real_sizes.py).
 ON_REQUEST = ('real_sizes',)
 RESULTS = os.path.join(common.ROOT, 'bench', 'results.json')
-README = os.path.join(common.ROOT, 'README.md')
+# The page that holds the table, between BEGIN and END.
+PAGE = os.path.join(common.ROOT, 'docs', 'benchmarks.md')
 BEGIN, END = '<!-- bench:begin -->', '<!-- bench:end -->'
 MODULE_TIMEOUT = 30 * 60  # a hung module must not hang the run
 ON_REQUEST_TIMEOUT = 150 * 60
@@ -186,14 +187,15 @@ def measured(row):
           f', {m["cpu_count"]} cores {m["cpu"]}, jax {m["jax"]} {m["jax_backend"].split(",")[0]}')
 
 
-def write_readme(path, text):
+def write_table(path, text):
+  """Puts `text` between BEGIN and END in the markdown file `path`."""
   with open(path) as f:
-    readme = f.read()
-  begin, end = readme.find(BEGIN), readme.find(END)
+    page = f.read()
+  begin, end = page.find(BEGIN), page.find(END)
   if begin < 0 or end < begin:
     raise ValueError(f'{path}: no {BEGIN} ... {END} section to write the table into')
-  readme = readme[:begin + len(BEGIN)] + '\n' + text + '\n' + readme[end:]
-  files.write_atomic(path, readme)
+  page = page[:begin + len(BEGIN)] + '\n' + text + '\n' + page[end:]
+  files.write_atomic(path, page)
 
 
 def main():
@@ -202,8 +204,9 @@ def main():
   parser.add_argument('--only', nargs='+', choices=MODULES + ON_REQUEST, metavar='NAME',
                       help=f'run only these modules ({", ".join(MODULES + ON_REQUEST)})')
   parser.add_argument('--results', default=RESULTS, help='where to write results.json')
-  parser.add_argument('--readme', default=README,
-                      help="README whose bench section to rewrite ('' to leave it)")
+  parser.add_argument('--page', '--readme', dest='page', default=PAGE,
+                      help="markdown page whose bench section to rewrite (default "
+                      "docs/benchmarks.md; '' to leave it)")
   parser.add_argument('--child', help=argparse.SUPPRESS)
   parser.add_argument('--out', help=argparse.SUPPRESS)
   args = parser.parse_args()
@@ -245,9 +248,9 @@ def main():
   results['results'].sort(key=lambda r: order.index(r['module'])
                            if r.get('module') in order else len(order))
   files.write_atomic(args.results, json.dumps(results, indent=1) + '\n')
-  if args.readme:
-    write_readme(args.readme, table(results))
-  print(f'wrote {args.results}' + (f' and {args.readme}' if args.readme else ''),
+  if args.page:
+    write_table(args.page, table(results))
+  print(f'wrote {args.results}' + (f' and {args.page}' if args.page else ''),
         file=sys.stderr)
   failed = [n for n in names if results['modules'][n]['error']]
   return 1 if failed else 0

@@ -2,7 +2,7 @@
 
   python -m bench.train_step            # full
   python -m bench.train_step --quick    # fewer steps, no augmentation row
-  (or through python -m bench.run, which writes the README table)
+  (or through python -m bench.run, which writes the table in docs/benchmarks.md)
 
 JAX side: the real trainer step, `train.init_state` + `train.make_train_step` with the
 grapheme task's loss (weighted cross-entropy of the three component heads + the whole-grapheme

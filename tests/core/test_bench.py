@@ -1,4 +1,4 @@
-"""bench/: the runner's contract and README table, the worker protocol, the metric references.
+"""bench/: the runner's contract and its table in docs/benchmarks.md, the worker protocol, the metric references.
 
 The benchmarks themselves take minutes (`python -m bench.run --quick`); these check the
 machinery on tiny sizes, in seconds.
@@ -51,17 +51,28 @@ def test_table_goes_between_the_markers(tmp_path):
                                commit='0123456789abcdef', machine=machine)],
                  modules=dict(x=dict(quick=False, error=None),
                               y=dict(quick=False, error='exit code 1: Boom\nValueError: bad')))
-  readme = tmp_path / 'README.md'
-  readme.write_text(f'# t\n\n{run.BEGIN}\nold\n{run.END}\nafter\n')
-  run.write_readme(readme, run.table(results))
-  text = readme.read_text()
+  page = tmp_path / 'benchmarks.md'
+  page.write_text(f'# t\n\n{run.BEGIN}\nold\n{run.END}\nafter\n')
+  run.write_table(page, run.table(results))
+  text = page.read_text()
   assert text.startswith('# t\n\n' + run.BEGIN) and text.endswith(run.END + '\nafter\n')
   assert 'old' not in text
   assert ('| fake speed | 12,346 images/s | ref: 1,000 images/s | 12.3x | >= 5x | pass | a \\| b '
           '| 2026-01-02, 0123456, 2 cores cpu, jax 0 cpu |') in text
   assert '`bench/y.py` failed: ValueError: bad' in text
-  run.write_readme(readme, 'new')  # rewriting replaces, never stacks
-  assert readme.read_text() == f'# t\n\n{run.BEGIN}\nnew\n{run.END}\nafter\n'
+  run.write_table(page, 'new')  # rewriting replaces, never stacks
+  assert page.read_text() == f'# t\n\n{run.BEGIN}\nnew\n{run.END}\nafter\n'
+
+
+def test_the_table_has_a_page(tmp_path):
+  with open(run.PAGE) as f:  # docs/benchmarks.md, which `python -m bench.run` rewrites
+    text = f.read()
+  assert text.index(run.BEGIN) < text.index(run.END)
+  page = tmp_path / 'no-markers.md'
+  page.write_text('# t\n')
+  with pytest.raises(ValueError, match='no <!-- bench:begin --> ... <!-- bench:end --> section'):
+    run.write_table(page, 'x')
+  assert page.read_text() == '# t\n'
 
 
 def test_numpy_evaluator_matches_retrieval_metrics():

@@ -1,25 +1,72 @@
-"""Every figure the README reports comes from a kept record: its accuracy tables equal the
-records in bench/records/, and every benchmark row says where, when and at which commit it
-was measured."""
+"""Every figure the README and docs/ report comes from a kept record: their accuracy tables
+equal the records in bench/records/, and every benchmark row says where, when and at which
+commit it was measured."""
 import json
 import os
 import re
 
 import pytest
 
-from bench import records, run
+from bench import common, records, run
 
 
-@pytest.fixture(scope='module')
-def readme():
-  with open(run.README) as f:
-    return f.read()
+def _table_pages():
+  """(table, page) for every page that holds the table's markers; a table that no page
+  holds is left to test_every_table_stands_in_a_page."""
+  pairs = []
+  for name in sorted(records.TABLES):
+    try:
+      holders = records.pages_holding(name)
+    except ValueError:
+      continue
+    pairs += [(name, os.path.relpath(page, common.ROOT)) for page in holders]
+  return pairs
 
 
-@pytest.mark.parametrize('name', sorted(records.TABLES))
-def test_readme_table_is_what_its_records_say(readme, name):
-  assert records.readme_block(readme, name) == records.table(name), (
-      f'README table {name!r} differs from its records: `python -m bench.records readme`')
+def test_every_table_stands_in_a_page():
+  for name in records.TABLES:
+    assert records.pages_holding(name), name  # raises, naming the table, when none does
+
+
+@pytest.mark.parametrize('name,page', _table_pages())
+def test_table_is_what_its_records_say(name, page):
+  path = os.path.join(common.ROOT, page)
+  with open(path) as f:
+    text = f.read()
+  assert records.block(text, name, path) == records.table(name, path), (
+      f'{page}: table {name!r} differs from its records: `python -m bench.records readme`')
+
+
+def test_record_links_are_relative_to_their_page():
+  docs_page = os.path.join(common.ROOT, 'docs', 'x.md')
+  assert '](bench/records/grapheme-demo.json)' in records.table('grapheme-demo')
+  assert '](../bench/records/grapheme-demo.json)' in records.table('grapheme-demo', docs_page)
+
+
+def test_a_table_no_page_holds_is_an_error_naming_it(tmp_path):
+  page = tmp_path / 'page.md'
+  page.write_text('# no tables here\n')
+  with pytest.raises(ValueError, match="table 'fragments-demo': no page holds"):
+    records.pages_holding('fragments-demo', [str(page)])
+  with pytest.raises(ValueError, match="table '.*': no page holds"):
+    records.write_pages([str(page)])
+  assert page.read_text() == '# no tables here\n'
+
+
+def test_write_pages_redraws_every_copy_and_nothing_else(tmp_path):
+  begin, end = records.markers('grapheme-demo')
+  docs = tmp_path / 'docs'
+  docs.mkdir()
+  readme, page = tmp_path / 'README.md', docs / 'page.md'
+  readme.write_text(f'# r\n{begin}\nstale\n{end}\nafter\n' +
+                    '\n'.join(records.markers('fragments-demo')) + '\n')
+  page.write_text(f'# p\n\n{begin}\n{end}\n')
+  records.write_pages([str(readme), str(page)])
+  assert readme.read_text() == (f'# r\n{begin}\n{records.table("grapheme-demo", str(readme))}\n'
+                                f'{end}\nafter\n{records.markers("fragments-demo")[0]}\n'
+                                f'{records.table("fragments-demo", str(readme))}\n'
+                                f'{records.markers("fragments-demo")[1]}\n')
+  assert page.read_text() == f'# p\n\n{begin}\n{records.table("grapheme-demo", str(page))}\n{end}\n'
 
 
 def test_every_record_says_how_it_was_made():
