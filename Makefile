@@ -17,7 +17,7 @@ FRAG_DATA := data/fragments-synth
 FRAG_WORKDIR := workdirs/fragments-demo
 
 .PHONY: setup setup-test system-packages test-packages demo demo-fragments test wheelhouse
-# What the demos need (a 1.5 GB venv); setup-test adds the tests' extras (README: Quickstart).
+# What the demos need (a 1.5 GB venv); setup-test adds the tests' extras (README: Two commands).
 setup: $(VENV)/.installed system-packages
 setup-test: setup $(VENV)/.installed-test test-packages
 
@@ -62,7 +62,7 @@ test: setup-test
 	$(PY) -m pytest -q -m "slow or not slow" --durations=15
 
 # The project and its runtime dependencies as wheels, for an offline install (a Kaggle
-# notebook; README). For another Python / platform than this one's, e.g. Kaggle's:
+# notebook; docs/kaggle-notebook.md). For another Python / platform than this one's, e.g. Kaggle's:
 #   make wheelhouse WHEELHOUSE_ARGS='--python-version 3.11 --platform manylinux_2_35_x86_64'
 WHEELHOUSE_ARGS ?=
 wheelhouse: $(VENV)/.installed

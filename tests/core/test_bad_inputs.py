@@ -3,8 +3,8 @@
 Each case damages a copy of a small good dataset (the session's synthetic Bengali.AI or
 HisFrag20 folder), calls the entry point a user reaches it through, and checks that the error
 names the file, row or field and what was expected, and that no partial output is left (no
-prepared cache, submission, metrics file or new checkpoint). README.md's "Bad inputs" table
-lists the same cases.
+prepared cache, submission, metrics file or new checkpoint). docs/reliability.md's "Bad inputs"
+table lists the same cases.
 
 The copies are hard links (the parquet files are 10 MB each), so a damage must replace a
 file (`put`, `os.remove`), never write into one; every case checks the originals unchanged.

@@ -141,7 +141,7 @@ def test_offline_install_predicts_from_outside_the_checkout(
   shutil.copytree(grapheme_data, data, ignore=shutil.ignore_patterns('test_labels.csv'))
   _read_only(tmp_path / 'input')
   # The trained run as the notebook copies it into /kaggle/working: the newest checkpoint,
-  # config.json and class_counts.json (README, "Predicting in a Kaggle notebook").
+  # config.json and class_counts.json (docs/kaggle-notebook.md).
   workdir = tmp_path / 'working' / 'run'
   steps = sorted(int(n) for n in os.listdir(os.path.join(grapheme_trained, 'checkpoints'))
                  if n.isdigit())
