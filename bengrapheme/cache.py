@@ -28,7 +28,7 @@ import time
 import jax
 from jax.experimental import multihost_utils
 
-from bengrapheme import console, files
+from bengrapheme import console, errors, files
 
 MARKER = 'cache.json'
 
@@ -113,7 +113,9 @@ def _build_if_missing(entry, build, meta):
   console.say(f'Building {entry} (once: reused while its sources and settings are unchanged)...')
   start = time.perf_counter()
   try:
-    with files.atomic_dir(entry) as tmp:
+    with errors.on_ctrl_c(f'Interrupted (Ctrl-C) while building {entry}: the partial build '
+                          'was removed, nothing half-built is left; rerunning builds it '
+                          'again.'), files.atomic_dir(entry) as tmp:
       build(tmp)
       built = {str(path.relative_to(tmp)): (path.stat().st_size, _fingerprint(path))
                for path in sorted(tmp.rglob('*')) if path.is_file()}

@@ -29,11 +29,15 @@ from absl import logging as absl_logging
 from etils import epath
 from jax.experimental import multihost_utils
 
-from bengrapheme import files
+from bengrapheme import console, errors, files
 
 
-class ModelMismatchError(ValueError):
+class ModelMismatchError(errors.UserError, ValueError):
   """The checkpoint was written by a different model or train state layout."""
+
+
+class NoCheckpoint(errors.UserError, FileNotFoundError):
+  """Evaluation or prediction found no checkpoint to read."""
 
 
 def manager(workdir, *, keep=3, every=None, read_only=False):
@@ -57,6 +61,9 @@ def manager(workdir, *, keep=3, every=None, read_only=False):
     registry.add('state', args, state_handler)
   for args in (grain.checkpoint.CheckpointSave, grain.checkpoint.CheckpointRestore):
     registry.add('data', args, data_handler)
+  log_handler = ocp.handlers.JsonCheckpointHandler()
+  for args in (ocp.args.JsonSave, ocp.args.JsonRestore):
+    registry.add('log', args, log_handler)
   if not read_only:
     return ocp.CheckpointManager(directory(workdir), options=options, handler_registry=registry)
   # Orbax warns "Given directory is read only" on every read-only manager: what was asked.
@@ -80,12 +87,44 @@ def directory(workdir):
   return os.path.join(os.path.abspath(workdir), 'checkpoints')
 
 
-def save(mngr, step, state, data_iterator=None, force=False):
-  """Saves if `step` is due (or `force`); returns whether a save started."""
+def require(workdir):
+  """Raises NoCheckpoint at once (before a model is built) when `workdir` holds no saved
+  step, naming a workdir that does not exist as such."""
+  if not epath.Path(workdir).exists():
+    raise NoCheckpoint(f'--workdir {workdir}: no such folder; expected the workdir of a '
+                       'training run (python -m launch.train ... --workdir DIR)')
+  folder = epath.Path(directory(workdir))
+  if not folder.exists() or not any(p.name.isdigit() for p in folder.iterdir()):
+    raise NoCheckpoint(f'no checkpoint in {folder}: train first (python -m launch.train ... '
+                       f'--workdir {workdir})')
+
+
+def newest_step(workdir):
+  """The newest complete step in `workdir` (Orbax renames a save to its step when it is
+  complete), or None."""
+  folder = epath.Path(directory(workdir))
+  steps = [int(p.name) for p in folder.glob('*') if p.name.isdigit()] if folder.exists() else []
+  return max(steps, default=None)
+
+
+def save(mngr, step, state, data_iterator=None, force=False, log=None):
+  """Saves if `step` is due (or `force`); returns whether a save started. `log`: the
+  logger's partial interval (JSON), so that a resumed run logs what an uninterrupted one
+  would."""
   items = {'state': ocp.args.StandardSave(state)}
   if data_iterator is not None:
     items['data'] = grain.checkpoint.CheckpointSave(data_iterator)
+  if log is not None:
+    items['log'] = ocp.args.JsonSave(log)
   return mngr.save(step, args=ocp.args.Composite(**items), force=force)
+
+
+def saved_log(mngr, step):
+  """The `log` saved with `step`, or None (none saved, or a checkpoint from before logs
+  were saved)."""
+  if not (mngr.directory / str(step) / 'log').exists():
+    return None
+  return mngr.restore(step, args=ocp.args.Composite(log=ocp.args.JsonRestore()))['log']
 
 
 def restore(mngr, abstract_state, data_iterator=None, *, read_only=False):
@@ -255,9 +294,9 @@ def out_of_space_message(workdir, error):
       for partial in folder.glob('*.orbax-checkpoint-tmp*'):
         shutil.rmtree(partial, ignore_errors=True)
     space = f' ({files.space_left(workdir)} once the partial save was removed)'
-  steps = [int(p.name) for p in folder.glob('*') if p.name.isdigit()]
-  kept = (f'the newest complete checkpoint, {folder}/{max(steps)}, is intact and restorable'
-          if steps else 'no checkpoint had been completed yet')
+  newest = newest_step(workdir)
+  kept = (f'the newest complete checkpoint, {folder}/{newest}, is intact and restorable'
+          if newest is not None else 'no checkpoint had been completed yet')
   return (f'Out of disk space writing to {workdir}{space}: {type(error).__name__}: '
           f'{str(error)[:600]}\nTraining stopped; {kept}. Free space (or keep fewer '
           'checkpoints: --config.train.keep_checkpoints) and rerun the same command to '
@@ -270,29 +309,52 @@ def abstract(tree):
 
 
 class Preemption:
-  """Turns a preemption notice (SIGTERM) into "save this step and stop".
+  """Turns a preemption notice (SIGTERM) or Ctrl-C (SIGINT) into "save this step and stop".
 
   TPU VMs, GCE spot VMs, Kubernetes and SLURM all send SIGTERM before killing a job. In a
   multi-process job JAX's preemption service catches it and agrees with every process on the
-  step to save at, so they all save the same step; a single process catches it here.
+  step to save at, so they all save the same step; a single process catches it here. Ctrl-C
+  does the same (in a multi-process job by sending this process that SIGTERM); a second
+  Ctrl-C raises KeyboardInterrupt at once, losing the steps since the last checkpoint. Used as
+  a context manager around the training loop: outside it Ctrl-C interrupts as usual, so
+  building prepared data or compiling stops at once.
   """
 
   def __init__(self):
-    self.signalled = False
-    self.previous = None
-    if jax.process_count() == 1:
-      self.previous = signal.signal(signal.SIGTERM, self._handler)
+    self.signal = None  # the name of the first signal received
+    self.previous = {}
 
-  def _handler(self, signum, frame):
+  def __enter__(self):
+    if jax.process_count() == 1:
+      self.previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, self._on_sigterm)
+    self.previous[signal.SIGINT] = signal.signal(signal.SIGINT, self._on_ctrl_c)
+    return self
+
+  def _on_sigterm(self, signum, frame):
     del signum, frame
-    self.signalled = True
+    self.signal = self.signal or 'SIGTERM'
+
+  def _on_ctrl_c(self, signum, frame):
+    del signum, frame
+    if self.signal == 'SIGINT':
+      raise KeyboardInterrupt
+    self.signal = self.signal or 'SIGINT'
+    console.say('Ctrl-C: saving the current step, then stopping (Ctrl-C again stops at once, '
+                'losing the steps since the last checkpoint).')
+    if jax.process_count() > 1:
+      os.kill(os.getpid(), signal.SIGTERM)
+
+  @property
+  def interrupted(self):
+    """Whether Ctrl-C (not a preemption notice) asked to stop."""
+    return self.signal == 'SIGINT'
 
   def reached(self, mngr, step):
     """Whether to save `step` now and stop (call it at every step, on every process)."""
     if jax.process_count() > 1:
       return mngr.reached_preemption(step)
-    return self.signalled
+    return self.signal is not None
 
-  def close(self):
-    if self.previous is not None:
-      signal.signal(signal.SIGTERM, self.previous)
+  def __exit__(self, *exc):
+    for signum, handler in self.previous.items():
+      signal.signal(signum, handler)

@@ -8,6 +8,7 @@ Only process 0 speaks: on a multi-host job every other process stays quiet.
 """
 import contextlib
 import datetime
+import signal
 import sys
 import time
 
@@ -72,18 +73,27 @@ class Progress:
           f'({100 * self.done / max(self.total, 1):.0f} %), {rate:,.1f}/s, '
           f'ETA {duration(eta) if rate else "-"}')
 
-  def close(self):
+  def close(self, finished=True):
+    """finished=False (the work failed or was interrupted): no closing line, which would
+    read like success."""
     if self.bar is not None:
       self.bar.close()
-    elif self.shown:
+    elif self.shown and finished:
       say(f'{self.what}: {self.done:,} {self.unit}s in '
           f'{duration(time.perf_counter() - self.start)}')
 
   def __enter__(self):
     return self
 
-  def __exit__(self, *exc):
-    self.close()
+  def __exit__(self, error_type, *exc):
+    self.close(finished=error_type is None)
+
+
+def ignore_ctrl_c():
+  """A worker process's initializer: Ctrl-C reaches every process of the terminal's group,
+  and a worker's KeyboardInterrupt would print its own traceback; the parent alone stops
+  (closing its pool stops the workers) and says once what was interrupted."""
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def text_table(header, rows):

@@ -10,8 +10,11 @@ the mesh. A task module offers
                                       the headline under 'score'; details whatever its report
                                       draws (per-example arrays, embeddings, ...)
     report_sections(scores, details) -> a list of bengrapheme.report.Html sections
-    summary(scores)                -> (header, rows): the headline scores as a small table,
-                                      which launch.evaluate prints last
+    headline(scores)               -> one line saying what 'score' is and its value, which
+                                      the trainer logs at each evaluation
+    summary(scores)                -> (header, rows, note): the headline scores as a small
+                                      table and what its columns are, which launch.evaluate
+                                      prints last
   predict(config, model, workdir)  -> path of the file it wrote (optional: not every task
                                       has a submission format)
 

@@ -23,6 +23,8 @@ import tempfile
 import numpy as np
 from etils import epath
 
+from bengrapheme import errors
+
 _TMP_PREFIX = '.tmp-'
 
 
@@ -85,7 +87,7 @@ def open_memmap(path, dtype, shape):
   return np.lib.format.open_memmap(path, mode='r+')
 
 
-class OutOfSpace(OSError):
+class OutOfSpace(errors.UserError, OSError):
   """A write failed because its disk or quota is full; the message says where, what is left
   and what to do."""
 

@@ -121,11 +121,15 @@ def _figure(width, height):
   return figure, figure.add_subplot()
 
 
-def _svg(figure, ax, title, legend):
+def _svg(figure, ax, title, legend, legend_below=False):
+  """legend_below: under the axes, for charts whose bars fill the plot (inside, the legend
+  would cover them)."""
   ax.set_title(title)
   ax.grid(True, color='#eee')
   ax.set_axisbelow(True)
-  if legend:
+  if legend and legend_below:
+    figure.legend(loc='outside lower center', ncol=4, fontsize=8, frameon=False)
+  elif legend:
     ax.legend(fontsize=8, frameon=False)
   buffer = io.StringIO()
   figure.savefig(buffer, format='svg')
@@ -193,7 +197,7 @@ def bar_chart(categories, groups, *, title, y_label, y_range=(0.0, 1.0), label_e
     ax.set_xlim(-0.5, len(categories) - 0.5)
     ax.set_ylim(*y_range)
     ax.set_ylabel(y_label)
-    return _svg(figure, ax, title, legend=len(names) > 1)
+    return _svg(figure, ax, title, legend=len(names) > 1, legend_below=True)
 
 
 # ---------------------------------------------------------------- training curves

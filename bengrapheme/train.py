@@ -1,6 +1,8 @@
 """The training loop shared by every task, read top to bottom.
 
 A task is a module named by `config.task` that provides
+  check_data(config)                        -> raises a DataError (errors.UserError) at once
+                                               when the training data is missing
   train_data(config, workdir, local_batch)  -> grain IterDataset of this process's batches
   make_model(config, rngs)                  -> nnx.Module
   loss(model, batch, key, config)           -> (scalar loss, dict of scalars)
@@ -12,9 +14,11 @@ The train state is a plain pytree (step, params, model_state, opt_state, ema), s
 shards it and Orbax checkpoints it with no framework in between.
 """
 import collections
+import contextlib
 import importlib
 import json
 import os
+import textwrap
 import time
 
 import jax
@@ -23,8 +27,8 @@ import ml_collections
 import optax
 from flax import nnx
 
-from bengrapheme import (augment, checkpoint, console, evaluation, files, logs, parallel,
-                         report, workdir_lock)
+from bengrapheme import (augment, checkpoint, console, errors, evaluation, files, logs,
+                         parallel, report, workdir_lock)
 from bengrapheme.models import pytorch_weights
 
 
@@ -203,11 +207,15 @@ def state_and_step(config, task, mesh, pretrained=True):
   return graphdef, state, make_train_step(config, task, graphdef, mesh, state_shardings)
 
 
+class NonFinite(errors.UserError, FloatingPointError):
+  """The loss or gradients went NaN/Inf (the message names the step and what to change)."""
+
+
 def check_finite(state, config):
   """Stops the run, naming the step, when a loss or gradient went NaN/Inf (unless skipped)."""
   bad = int(jax.device_get(state['first_nonfinite_step']))
   if bad >= 0 and not config.train.skip_nonfinite:
-    raise FloatingPointError(
+    raise NonFinite(
         f'loss or gradients became NaN/Inf at step {bad}; the last checkpoint before it is '
         'kept intact. Lower train.lr, or set train.skip_nonfinite=True to skip such steps.')
 
@@ -230,6 +238,25 @@ def empty_interval(scalars):
           'loss_max': jnp.full_like(scalars['loss'], -jnp.inf), 'steps': jnp.zeros((), jnp.int32)}
 
 
+def saved_interval(interval):
+  """The interval's sums as JSON (exact: a float32 converts to a Python float and back)."""
+  values = jax.device_get(interval)
+  return {'sum': {k: float(v) for k, v in values['sum'].items()},
+          'loss_max': float(values['loss_max']), 'steps': int(values['steps'])}
+
+
+def carried_interval(saved, scalars):
+  """The interval saved with the checkpoint (saved_interval), typed as this run's scalars;
+  an empty one if the scalars differ (another config): its first row then covers fewer
+  steps."""
+  empty = empty_interval(scalars)
+  if set(saved['sum']) != set(empty['sum']):
+    return empty
+  return {'sum': {k: jnp.asarray(saved['sum'][k], v.dtype) for k, v in empty['sum'].items()},
+          'loss_max': jnp.asarray(saved['loss_max'], empty['loss_max'].dtype),
+          'steps': jnp.asarray(saved['steps'], jnp.int32)}
+
+
 def interval_means(interval):
   """The logged row: every scalar's mean over the interval, and the largest loss in it."""
   means = {k: float(v) / int(interval['steps']) for k, v in interval['sum'].items()}
@@ -242,12 +269,27 @@ STEPS_IN_FLIGHT = 2  # train steps dispatched ahead of the one the host waits fo
 
 
 def train(config, workdir):
-  """Trains `config` in `workdir`, resuming from its newest checkpoint; returns the state."""
+  """Trains `config` in `workdir`, resuming from its newest checkpoint; returns the state.
+
+  Stops early, having saved the current step, on SIGTERM (returns) or Ctrl-C (raises
+  errors.Interrupted); whatever ends it, the workdir lock, signal handlers and checkpoint
+  manager are released."""
+  task = load_task(config)
+  # Before the workdir is touched: missing data is reported without creating anything.
+  task.check_data(config)
   # Before any work: a second run on this workdir stops here, naming the one that holds it.
   workdir_lock.acquire(workdir)
-  # From here on SIGTERM means "save the current step and stop", exit status 0.
-  preemption = checkpoint.Preemption()
-  task = load_task(config)
+  def stopped_at_once():
+    newest = checkpoint.newest_step(workdir)
+    kept = f'the newest checkpoint is step {newest}' if newest is not None else 'none saved'
+    return f'Interrupted (Ctrl-C), stopped at once: {kept}; rerun the same command to resume.'
+
+  with errors.on_ctrl_c(stopped_at_once), contextlib.ExitStack() as cleanup:
+    cleanup.callback(workdir_lock.release, workdir)
+    return _train(config, workdir, task, cleanup)
+
+
+def _train(config, workdir, task, cleanup):
   mesh = parallel.make_mesh(config.mesh)
 
   # Input: each process reads its own slice of every shuffled epoch.
@@ -261,9 +303,14 @@ def train(config, workdir):
   # Resume from the newest checkpoint (state and input position together).
   ckpt = checkpoint.manager(workdir, keep=config.train.keep_checkpoints,
                             every=config.train.checkpoint_every)
+  cleanup.callback(ckpt.close)  # waits for a save in flight
   restored_step, restored = checkpoint.restore(ckpt, checkpoint.abstract(state), data)
+  # The log interval's sums at the saved step: the resumed run's first row is then the row
+  # an uninterrupted run logs.
+  carried = None
   if restored is not None:
     state = restored
+    carried = checkpoint.saved_log(ckpt, restored_step)
     console.say(f'Resumed from {workdir} at step {restored_step}.')
   save_config(config, workdir)  # only now: a refused checkpoint keeps its own config.json
   start = int(jax.device_get(state['step']))
@@ -272,21 +319,31 @@ def train(config, workdir):
   in_training_evaluators = (evaluators(config, task, workdir, console.say) if config.eval.every
                             else {})
   logger = logs.MetricLogger(workdir, resume_step=start)
+  cleanup.callback(logger.close)
   progress = console.TrainingProgress(config.train.steps, start, config.train.batch_size)
-  interval, tick, tick_step = None, time.perf_counter(), start
+  cleanup.callback(progress.close)
+  # From here on SIGTERM and Ctrl-C mean "save the current step and stop".
+  preemption = cleanup.enter_context(checkpoint.Preemption())
+  interval = None
+  # images/s counts the steps after the first (which compiles) and leaves evaluations out.
+  tick, tick_step = None, None
   in_flight = collections.deque()
   first_traced, last_traced = config.train.profile_steps
   tracing = False
   if start < config.train.steps:
     console.say(f'Compiling the train step, then training steps {start + 1:,}-'
                 f'{config.train.steps:,}...')
+  began = time.perf_counter()
   for step in range(start + 1, config.train.steps + 1):
     if step == first_traced:
       jax.profiler.start_trace(os.path.join(workdir, 'profile'))
       tracing = True
     batch = parallel.global_batch(mesh, next(data))
     state, scalars = train_step(state, batch)
-    interval = accumulate(empty_interval(scalars) if interval is None else interval, scalars)
+    if interval is None:
+      interval = (carried_interval(carried, scalars) if carried else empty_interval(scalars))
+      carried = None
+    interval = accumulate(interval, scalars)
     # Dispatch is asynchronous: unchecked, the host runs a whole log interval ahead of the
     # devices (its progress and ETA then stall at every log line) holding every batch in
     # flight. A few steps in flight keep the devices busy.
@@ -295,8 +352,9 @@ def train(config, workdir):
       jax.block_until_ready(in_flight.popleft())
     if step == start + 1:  # one wait, so that steady-state timing starts after compilation
       jax.block_until_ready(scalars)
-      console.say(f'Compiled and ran step {step:,} in {time.perf_counter() - tick:.1f} s.')
+      console.say(f'Compiled and ran step {step:,} in {time.perf_counter() - began:.1f} s.')
       progress.start_steady()
+      tick, tick_step = time.perf_counter(), step
     if tracing and step == last_traced:
       jax.block_until_ready(state)
       jax.profiler.stop_trace()  # open WORKDIR/profile in TensorBoard's profile tab or Perfetto
@@ -308,8 +366,8 @@ def train(config, workdir):
       logged = interval_means(jax.device_get(interval))
       interval = None
       now = time.perf_counter()
-      logged['images_per_s'] = ((step - tick_step) * config.train.batch_size /
-                                max(now - tick, 1e-9))
+      if step > tick_step:  # else only the compiling step ran since the last row
+        logged['images_per_s'] = (step - tick_step) * config.train.batch_size / (now - tick)
       tick, tick_step = now, step
       logger.write(step, logged)
     progress.update(step, loss=logged['loss'] if logged else None)
@@ -317,8 +375,13 @@ def train(config, workdir):
     preempted = preemption.reached(ckpt, step)
     if step % config.train.checkpoint_every == 0 or step == config.train.steps or preempted:
       check_finite(state, config)  # never save a state that went NaN
-      checkpoint.save(ckpt, step, state, data, force=step == config.train.steps or preempted)
+      checkpoint.save(ckpt, step, state, data, force=step == config.train.steps or preempted,
+                      log=None if interval is None else saved_interval(interval))
     if preempted:
+      ckpt.wait_until_finished()
+      if preemption.interrupted:
+        raise errors.Interrupted(f'Interrupted: saved step {step}; rerun the same command to '
+                                 'resume.')
       console.say(f'Preempted: saved step {step}; rerun the same command to resume.',
                   every_process=True)
       break
@@ -330,15 +393,10 @@ def train(config, workdir):
           console.say(f'Evaluating {split} at step {step:,}...')
           scores, _ = evaluator.run(model)
           logger.write(step, evaluation.flatten({split: scores}))
-          console.say(f'step {step:,} {split}: score {scores["score"]:.4f}')
-      tick = time.perf_counter()  # images/s counts training time only
+          console.say(f'step {step:,} {split}: {evaluator.headline(scores)}')
+      tick, tick_step = time.perf_counter(), step
 
-  progress.close()
-  preemption.close()
   ckpt.wait_until_finished()
-  ckpt.close()
-  logger.close()
-  workdir_lock.release(workdir)
   return state
 
 
@@ -360,6 +418,7 @@ def apply_fn(graphdef):
 
 def trained_model(config, workdir):
   """(task, evaluation.TrainedModel) from the newest checkpoint in `workdir`."""
+  checkpoint.require(workdir)  # before the model is built, which takes a while
   task = load_task(config)
   mesh = parallel.make_mesh(config.mesh)
   graphdef, state = init_state(config, task, mesh, pretrained=False)
@@ -368,8 +427,8 @@ def trained_model(config, workdir):
   step, restored = checkpoint.restore(ckpt, checkpoint.abstract(state), read_only=True)
   ckpt.close()
   if restored is None:
-    raise FileNotFoundError(f'no checkpoint in {os.path.join(workdir, "checkpoints")}: '
-                            'train first (python -m launch.train ... --workdir same dir)')
+    raise checkpoint.NoCheckpoint(f'no checkpoint in {checkpoint.directory(workdir)}: train '
+                                  f'first (python -m launch.train ... --workdir {workdir})')
   print(f'Using the checkpoint of step {step} ({checkpoint.directory(workdir)}/{step}), the '
         'newest complete one.', flush=True)
   return task, evaluation.TrainedModel(apply_fn(graphdef), eval_variables(restored), mesh,
@@ -414,7 +473,8 @@ def evaluate(config, workdir):
     path = files.write_atomic(files.join(workdir, 'eval', 'metrics.json'),
                               json.dumps(metrics, indent=2, sort_keys=True))
     page = report.write(config, workdir, model.step, sections)
-    for split, (header, rows) in summaries.items():
-      print(f'\n{split} (step {model.step:,}):\n{console.text_table(header, rows)}')
+    for split, (header, rows, note) in summaries.items():
+      print(f'\n{split} (step {model.step:,}):\n{console.text_table(header, rows)}\n'
+            f'{textwrap.fill(note, 96)}')
     print(f'\nEvery score: {path}\nCharts and examples: {page}', flush=True)
   return metrics

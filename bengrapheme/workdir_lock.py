@@ -38,7 +38,7 @@ import numpy as np
 from etils import epath
 from jax.experimental import multihost_utils
 
-from bengrapheme import files
+from bengrapheme import errors, files
 
 LEASE_S = 120.0
 SETTLE_S = 3.0
@@ -46,7 +46,7 @@ SETTLE_S = 3.0
 _held = {}  # workdir -> its lock, for the workdirs this process owns
 
 
-class Busy(RuntimeError):
+class Busy(errors.UserError, RuntimeError):
   """Another run holds the workdir."""
 
 

@@ -9,8 +9,8 @@ DATA holds train/ and test/ folders of WID_PID_FID.jpg fragments (the HisFrag20 
       --workdir workdirs/fragments-demo
   python -m launch.evaluate --config configs/fragments.py:demo --data data/fragments-synth \
       --workdir workdirs/fragments-demo
-  # The real HisFrag20 folders, on accelerators, from ImageNet weights (README "Starting from
-  # pretrained weights" fetches the file model.init_from names):
+  # The real HisFrag20 folders, on accelerators, from ImageNet weights (docs/pretrained-weights.md
+  # fetches the file model.init_from names):
   python -m launch.train --config configs/fragments.py:hisfrag20 --data /data/hisfrag20 \
       --workdir gs://bucket/fragments
   # Without writer labels (surrogate classes from SIFT clusters):
@@ -40,7 +40,7 @@ def get_config(arg='demo'):
       name='cifar_resnet', args=dict(depth=20, width=16, dtype='float32'),
       pooling='gem', netvlad_clusters=16, embedding_dim=64,
       # A PyTorch state_dict (torchvision or timm names) for the backbone to start from
-      # (bengrapheme/models/pytorch_weights.py; README "Starting from pretrained weights").
+      # (bengrapheme/models/pytorch_weights.py; docs/pretrained-weights.md).
       init_from='')
   # Multi-similarity: batch-hard triplets from scratch collapsed every embedding to one point
   # on the synthetic demo; `--config.loss.name=batch_hard` (soft margin unless

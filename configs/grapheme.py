@@ -7,7 +7,7 @@ Variants, each run with the trainer CLI:
   python -m launch.train --config configs/grapheme.py:demo --data data/bengali-synth \
       --workdir workdirs/grapheme-demo
   # The real competition files (Kaggle bengaliai-cv19), on accelerators, from ImageNet weights
-  # (README "Starting from pretrained weights" fetches the file model.init_from names):
+  # (docs/pretrained-weights.md fetches the file model.init_from names):
   python -m launch.train --config configs/grapheme.py:kaggle --data /kaggle/input/bengaliai-cv19 \
       --workdir gs://bucket/grapheme-kaggle
   # Tiny, for the tests:
@@ -31,7 +31,7 @@ def get_config(arg='demo'):
   # Held out of everything training reads (grapheme/unseen.py), seeded apart from c.seed.
   c.unseen = dict(never_rendered=0.5, val_graphemes=0.05, seed=0)
   # Rendered graphemes (grapheme/rendered.py): `images` drawn once, `fraction` of each batch
-  # (val chose 0.25 over 0.5: README, records grapheme-demo*).
+  # (val chose 0.25 over 0.5: docs/graphemes.md, records grapheme-demo*).
   c.render = dict(fraction=0.25, images=16000, workers=0)  # workers 0: all usable cores
   # (height, width) the model sees; crop_to_ink scales each grapheme's ink box to fill it.
   c.input = dict(size=(56, 96), crop_to_ink=True, ink_threshold=0.25, num_threads=8)
@@ -43,7 +43,7 @@ def get_config(arg='demo'):
       grapheme_loss_weight=0.5,
       consonant_parts=True,  # the consonant diacritic from 4 part heads (grapheme/model.py)
       # A PyTorch state_dict (torchvision or timm names) for the backbone to start from
-      # (bengrapheme/models/pytorch_weights.py; README "Starting from pretrained weights").
+      # (bengrapheme/models/pytorch_weights.py; docs/pretrained-weights.md).
       init_from='')
   # No augmentation on the CPU schedule: on a run this short it cost more than it gave (an
   # earlier ablation, not kept as a record). The data's own warps and the rendered graphemes

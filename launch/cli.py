@@ -1,12 +1,24 @@
-"""How every entry point starts: `--help` lists the project's own flags, one line each, and
-exits 0 (absl's own --help lists none of them among ~90 absl flags and exits 1); anything
-else goes to absl's app.run."""
+"""How every entry point starts and ends.
+
+`--help` lists the project's own flags, one line each, and exits 0 (absl's own --help lists
+none of them among ~90 absl flags and exits 1); anything else goes to absl's app.run. An
+error the user can fix (bengrapheme/errors.py) ends the run with its one-line message on
+stderr, status 1; Ctrl-C with one line saying what was interrupted and what was kept, status
+130; a bad flag with `Error: flag --NAME=VALUE: why`, status 1. --traceback (or
+BENGRAPHEME_TRACEBACK=1) shows the full traceback instead.
+"""
 import os
 import sys
 
 from absl import app, flags
 
+from bengrapheme import errors
+
 HELP = ('-h', '-?', '--help', '--helpshort')
+
+TRACEBACK = flags.DEFINE_bool(
+    'traceback', False, 'On an error a user can fix, or Ctrl-C, print the full traceback '
+    'rather than one line (also: BENGRAPHEME_TRACEBACK=1).')
 
 
 def own_flags():
@@ -22,15 +34,31 @@ def own_flags():
 
 def usage(doc):
   lines = [(doc or '').strip(), '', 'Flags:']
-  for f in own_flags():
+  # This module's --traceback last: first what the entry point itself is about.
+  for f in sorted(own_flags(), key=lambda f: f.name == TRACEBACK.name):
     default = '' if f.default in (None, '', False) else f' (default: {f.default})'
     lines.append(f'  --{f.name}: {" ".join(f.help.split())}{default}')
   lines.append('  --helpfull: every flag, absl\'s and jax\'s included')
   return '\n'.join(lines)
 
 
+def one_line_errors(main):
+  """main, ending with one line (not a traceback) on a user's error or Ctrl-C."""
+  return lambda argv: errors.run_reporting(main, argv, traceback=TRACEBACK.value)
+
+
+def parse_flags(argv):
+  """absl's parsing, with a bad flag said in one line like every other error (absl adds a
+  'FATAL' prefix and a second line pointing at --helpfull)."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    print(f'Error: {e}', file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
 def run(main):
   if any(arg in HELP for arg in sys.argv[1:]):
     print(usage(sys.modules['__main__'].__doc__))
     sys.exit(0)
-  app.run(main)
+  app.run(one_line_errors(main), flags_parser=parse_flags)

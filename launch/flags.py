@@ -83,7 +83,19 @@ def _workdir_is_writable(path):
   return True
 
 
+def _data_is_a_folder(path):
+  """A mistyped --data is named at once, before any work and before the workdir is made."""
+  if path is None or '://' in path:
+    return True
+  if not os.path.exists(path):
+    raise flags.ValidationError('no such folder; expected the dataset folder')
+  if not os.path.isdir(path):
+    raise flags.ValidationError('a file; expected the dataset folder')
+  return True
+
+
 _report_unknown_keys(flags.FLAGS[CONFIG.name])
+flags.register_validator('data', _data_is_a_folder)
 flags.register_validator('workdir', _workdir_is_given)
 flags.register_validator('workdir', _workdir_is_writable)
 

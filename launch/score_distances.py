@@ -12,7 +12,7 @@ import os
 import numpy as np
 from absl import flags, logging
 
-from bengrapheme import files
+from bengrapheme import errors, files
 from launch import cli
 
 DISTANCES = flags.DEFINE_string('distances', None, 'N x N distance CSV with file names.')
@@ -56,7 +56,11 @@ def main(argv):
   # JAX logs its search for a TPU at INFO ("Unable to initialize backend 'tpu'") on every CPU
   # machine; absl shows INFO under app.run.
   logging.set_verbosity(logging.WARNING)
-  print(json.dumps(run(DISTANCES.value, DATA.value, OUT.value), indent=2, sort_keys=True))
+  try:
+    report = run(DISTANCES.value, DATA.value, OUT.value)
+  except ValueError as e:  # every check of the matrix and folder says what is wrong with them
+    raise errors.UserError(str(e)) from e
+  print(json.dumps(report, indent=2, sort_keys=True))
 
 
 if __name__ == '__main__':

@@ -83,7 +83,7 @@ def dry_run(config):
 
 def main(argv):
   del argv
-  from bengrapheme import checkpoint, files, train, workdir_lock
+  from bengrapheme import checkpoint, errors, files, train, workdir_lock
   config = flags.config()
   if DRY_RUN.value:
     dry_run(config)
@@ -91,13 +91,13 @@ def main(argv):
   try:
     train.train(config, flags.WORKDIR.value)
   except workdir_lock.Busy as e:
-    raise SystemExit(f'Not training: {e}') from None
-  except files.OutOfSpace as e:  # the prepared data's build says what was removed
-    raise SystemExit(str(e)) from None
+    raise errors.UserError(f'Not training: {e}') from e
+  except errors.UserError:  # e.g. the prepared data's build, which says what it removed
+    raise
   except Exception as e:  # pylint: disable=broad-except
     if not files.out_of_space(e):
       raise
-    raise SystemExit(checkpoint.out_of_space_message(flags.WORKDIR.value, e)) from None
+    raise errors.UserError(checkpoint.out_of_space_message(flags.WORKDIR.value, e)) from e
 
 
 if __name__ == '__main__':

@@ -107,8 +107,8 @@ def _raw_to_npy(raw, path, shape):
 
 def _folder(config, split):
   if not config.data.dir:
-    raise ValueError('no data: pass --data DIR (a folder with train/ and test/ of '
-                     'WID_PID_FID.jpg fragments) or set config.data.dir')
+    raise reader.DataError('no data: pass --data DIR (a folder with train/ and test/ of '
+                           'WID_PID_FID.jpg fragments) or set config.data.dir')
   return os.path.join(config.data.dir, split)
 
 
@@ -248,6 +248,14 @@ def writers_and_per_writer(config):
     raise ValueError(f'train.batch_size={config.train.batch_size} must be a multiple of '
                      f'train.writers_per_batch={p}')
   return p, k
+
+
+def check_data(config):
+  """Fails fast (before the trainer takes its workdir) when the training folder is missing,
+  empty or holds something other than WID_PID_FID.jpg fragments; a TFDS build is checked
+  when it is opened."""
+  if config.data.format == 'folder':
+    reader.list_fragments(_folder(config, 'train'))
 
 
 def train_data(config, workdir, local_batch):

@@ -262,9 +262,7 @@ class Evaluator:
     for method, s in settings.items():
       matrices[method] = pipeline.distances(s)
       scores[method] = metrics.metrics_from_distances(matrices[method], labels)
-    headline = 'tuned' if 'tuned' in scores else 'configured' if 'configured' in scores \
-        else 'encoder'
-    scores['score'] = scores[headline]['writer']['map']
+    scores['score'] = scores[self.headline_method(scores)]['writer']['map']
     if e.export_distances and jax.process_index() == 0:
       if e.export_method in matrices:
         d = matrices[e.export_method]
@@ -284,12 +282,26 @@ class Evaluator:
                                     distances, self.source.names,
                                     header=self.config.eval.export_csv_header)
 
+  def headline_method(self, scores):
+    return next(m for m in ('tuned', 'configured', 'encoder') if m in scores)
+
+  def headline(self, scores):
+    return f"writer mAP {scores['score']:.4f} of method {self.headline_method(scores)!r}"
+
   def summary(self, scores):
-    """(header, rows) of the headline scores, for the console: one row a method."""
+    """(header, rows, note) of the headline scores, for the console: one row a method."""
     rows = [(method, b['writer']['map'], b['writer']['top1'], b['writer']['pr10'],
              b['writer']['pr100'], b['page']['map'], b['page']['top1'])
             for method, b in scores.items() if isinstance(b, dict) and 'writer' in b]
-    return ('method', 'writer mAP', 'Top-1', 'Pr@10', 'Pr@100', 'page mAP', 'page Top-1'), rows
+    chosen = ', '.join(f'{k} {v}' for k, v in scores.get('tuned_settings', {}).items()
+                       if k != 'chosen_on')
+    note = ('Writer retrieval, each fragment a query against all others: mAP, Top-1 (the '
+            'nearest is by the same writer), Pr@10 / Pr@100 (precision of the nearest 10 / '
+            '100); page: the same for the same page. encoder: the trained descriptor alone; '
+            'srs_lbp: the organisers\' baseline; tuned: the post-processing the '
+            f'{self.config.eval.tune_split!r} split chose ({chosen or "none"}).')
+    return (('method', 'writer mAP', 'Top-1', 'Pr@10', 'Pr@100', 'page mAP', 'page Top-1'),
+            rows, note)
 
   def report_sections(self, scores, details):
     return report.sections(self.split, scores, details, self.source, self.listing)

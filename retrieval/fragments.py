@@ -29,7 +29,7 @@ import numpy as np
 from PIL import Image
 from scipy import ndimage
 
-from bengrapheme import console
+from bengrapheme import console, errors
 
 # 4-connectivity: pieces touching only at a corner are separate pieces.
 _FOUR = ndimage.generate_binary_structure(2, 1)
@@ -327,7 +327,9 @@ def fragment_pages(pages_dir, out_dir, params, seed=0, workers=1):
     seen[ids] = path
   make_empty_dir(out_dir)
   jobs = [(path, out_dir, params, seed) for path in paths]
-  return sum(run_jobs(_fragment_one, jobs, workers, 'cutting pages into fragments', 'page'))
+  with errors.on_ctrl_c(f'Interrupted (Ctrl-C) while cutting pages into {out_dir}: it holds '
+                        'the fragments cut so far; empty it before rerunning.'):
+    return sum(run_jobs(_fragment_one, jobs, workers, 'cutting pages into fragments', 'page'))
 
 
 def make_empty_dir(path):
@@ -342,7 +344,8 @@ def run_jobs(fn, jobs, workers, what, unit):
   results = []
   with contextlib.ExitStack() as stack:
     progress = stack.enter_context(console.Progress(len(jobs), what, unit=unit))
-    imap = stack.enter_context(multiprocessing.Pool(workers)).imap if workers > 1 else map
+    imap = (stack.enter_context(multiprocessing.Pool(workers, console.ignore_ctrl_c)).imap
+            if workers > 1 else map)
     for result in imap(fn, jobs):
       results.append(result)
       progress.update()
@@ -375,4 +378,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-  main()
+  errors.run_reporting(main)

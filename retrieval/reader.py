@@ -11,11 +11,13 @@ import typing
 import numpy as np
 from PIL import Image, ImageChops
 
+from bengrapheme import errors
+
 BLACK_THRESHOLD = 20
 _NAME = re.compile(r'(\d+)_(\d+)_(\d+)\.jpg', re.IGNORECASE)
 
 
-class DataError(ValueError):
+class DataError(errors.UserError, ValueError):
   """A fragment file or folder that does not hold what HisFrag20 promises."""
 
 
@@ -41,7 +43,8 @@ def list_fragments(folder):
   folder or a broken copy cannot pass unnoticed.
   """
   if not os.path.isdir(folder):
-    raise DataError(f'{folder}: not a folder')
+    problem = 'is a file' if os.path.exists(folder) else 'no such folder'
+    raise DataError(f'{folder}: {problem}; expected a folder of WID_PID_FID.jpg fragments')
   items = []
   for name in os.listdir(folder):
     path = os.path.join(folder, name)

@@ -23,7 +23,7 @@ import os
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
-from bengrapheme import files
+from bengrapheme import errors, files
 from retrieval import fragments
 
 FONT_ROOT = '/usr/share/fonts'
@@ -415,7 +415,10 @@ def write_dataset(out_dir, writers_train, writers_test, pages_per_writer, seed=0
   if pages_dir is not None:
     fragments.make_empty_dir(pages_dir)
   params = params or fragments.FragmentParams()
-  with files.atomic_dir(out_dir, durable=False) as tmp:
+  kept = f' (the pages written so far stay in {pages_dir})' if pages_dir else ''
+  with errors.on_ctrl_c(f'Interrupted (Ctrl-C) while writing {out_dir}: nothing was left '
+                        f'there{kept}; rerun to write it.'), \
+      files.atomic_dir(out_dir, durable=False) as tmp:
     jobs, splits = [], []
     for writer in range(1, writers_train + writers_test + 1):
       split = 'train' if writer <= writers_train else 'test'
@@ -452,4 +455,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-  main()
+  errors.run_reporting(main)

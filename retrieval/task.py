@@ -4,7 +4,7 @@ Each piece lives in the file named for it: data (fragment cache, P x K batches),
 encoder), losses (triplet losses), evaluate (the evaluator: encoder vs SRS-LBP, distance
 export). Retrieval has no submission format, so there is no predictor.
 """
-from retrieval.data import random_batch, train_data  # noqa: F401
+from retrieval.data import check_data, random_batch, train_data  # noqa: F401
 from retrieval.evaluate import Evaluator as evaluator  # noqa: F401
 from retrieval.losses import loss  # noqa: F401
 from retrieval.model import make_model  # noqa: F401

@@ -33,11 +33,8 @@ def _source(config, workdir, split):
     return tfds_bengaliai.TfdsGraphemeSource(config.data.tfds_dir, split)
   if config.data.format != 'kaggle':
     raise ValueError(f"config.data.format={config.data.format!r}: expected 'kaggle' or 'tfds'")
-  if not config.data.dir:
-    raise ValueError('no data: pass --data DIR (a Kaggle bengaliai-cv19 folder) or set '
-                     'config.data.dir')
   source = prepare.GraphemeSource(
-      prepare.prepare(config.data.dir, split, files.prepared_dir(config, workdir)))
+      prepare.prepare(_data_dir(config), split, files.prepared_dir(config, workdir)))
   if split == 'train' and config.data.corrected_labels:
     return Relabelled(source, kaggle.corrected_labels(config.data.dir, source.image_ids))
   return source
@@ -82,6 +79,21 @@ def source(config, workdir, split):
                        'config.unseen.val_graphemes > 0')
     return input_lib.Subset(full, val)
   return input_lib.Subset(full, np.sort(rest[order[n_val:]]))
+
+
+def check_data(config):
+  """Fails fast (before the trainer takes its workdir) when the Kaggle folder lacks a file
+  the train split needs; their contents are checked when they are prepared, and a TFDS build
+  when it is opened."""
+  if config.data.format == 'kaggle':
+    kaggle.source_files(_data_dir(config), 'train')
+
+
+def _data_dir(config):
+  if not config.data.dir:
+    raise kaggle.DataError('no data: pass --data DIR (a Kaggle bengaliai-cv19 folder) or set '
+                           'config.data.dir')
+  return config.data.dir
 
 
 def train_data(config, workdir, local_batch):

@@ -117,14 +117,32 @@ class Evaluator:
                              configured_balanced_score=balanced(predicted['combined']))
     return scores, dict(labels=labels, predictions=predicted['combined'], category=category)
 
+  def rule(self):
+    """The configured prediction rule in words."""
+    p = self.config.predict
+    routing = ('off' if p.seen_threshold >= 1 or not self.config.model.get('grapheme_head')
+               else f'where the whole-grapheme head is >= {p.seen_threshold} sure')
+    return f'prior correction tau {p.tau}, routing {routing}'
+
+  def headline(self, scores):
+    return (f"hierarchical macro recall {scores['score']:.4f} with the prediction rule "
+            f"({self.rule()}); the component heads alone {scores['heads']['all']['score']:.4f}")
+
   def summary(self, scores):
-    """(header, rows) of the headline scores, for the console: each subset's score under
-    the prediction rule, its components, and the component heads alone."""
+    """(header, rows, note) of the headline scores, for the console: each subset's score
+    under the prediction rule, its components, and the component heads alone. 'unseen' is
+    left out when only one of its two parts is present (it would repeat that row)."""
+    parts = [n for n in ('unseen_rendered', 'unseen_never_rendered') if n in scores['combined']]
     rows = [(name, int(scores.get(f'num_{name}', scores['num_images'])), s['score'],
              s['grapheme_root'], s['vowel_diacritic'], s['consonant_diacritic'],
              scores['heads'][name]['score'])
-            for name, s in scores['combined'].items()]
-    return ('subset', 'images', 'score', 'root', 'vowel', 'consonant', 'heads only'), rows
+            for name, s in scores['combined'].items() if name != 'unseen' or len(parts) > 1]
+    note = ('Hierarchical macro recall, (2 root + vowel + consonant) / 4. rule: the '
+            f'prediction rule ({self.rule()}), which the submission uses; root, vowel, '
+            'consonant: its macro recall per component; heads: the argmax of the component '
+            'heads alone. seen: graphemes training has real images of; unseen_rendered: '
+            'only rendered ones; unseen_never_rendered: neither.')
+    return (('subset', 'images', 'rule', 'root', 'vowel', 'consonant', 'heads'), rows, note)
 
   def report_sections(self, scores, details):
     return report.sections(self.split, scores, details, self.source)

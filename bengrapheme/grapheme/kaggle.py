@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 # The label columns and their class counts (the core's metrics define them for the score).
+from bengrapheme import errors
 from bengrapheme.metrics import COMPONENTS, NUM_CLASSES
 
 HEIGHT, WIDTH = 137, 236
@@ -41,7 +42,7 @@ TEST_COLUMNS = ('row_id', 'image_id', 'component')
 BLOCK_BYTES = 32 << 20
 
 
-class DataError(ValueError):
+class DataError(errors.UserError, ValueError):
   """The data dir does not match the Kaggle layout; the message says which file and where."""
 
 

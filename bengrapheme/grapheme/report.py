@@ -47,16 +47,25 @@ def sections(split, scores, details, source):
   confusion = metrics.confusion_from_labels(labels, predictions)
   return [
       report.tag('h2', f'Graphemes: split {split!r}'),
-      report.note(f'{scores["num_images"]:,} images: {scores["num_seen"]:,} of graphemes '
-                  f'training reads real images of, {scores["num_unseen_rendered"]:,} of unseen '
-                  'graphemes rendered into training, '
-                  f'{scores["num_unseen_never_rendered"]:,} of graphemes training never saw. '
+      report.note(f'{scores["num_images"]:,} images: {images_by_category(scores)}. '
                   f'Prediction rule {rule!r}; sections below show it over all images.'),
       *tuning(scores),
       *seen_vs_unseen(scores),
       *per_component_recall(scores, rule, confusion),
       *confused_pairs(confusion),
       *misclassified(details, source)]
+
+
+def images_by_category(scores):
+  """'304 of graphemes training has real images of (seen), 800 of ...', without the
+  categories the split has no image of."""
+  described = {
+      'seen': 'of graphemes training has real images of (seen)',
+      'unseen_rendered': 'of graphemes training has only rendered images of (unseen_rendered)',
+      'unseen_never_rendered': 'of graphemes training never saw, real or rendered '
+                               '(unseen_never_rendered)'}
+  return ', '.join(f'{scores[f"num_{name}"]:,} {text}' for name, text in described.items()
+                   if scores.get(f'num_{name}'))
 
 
 def seen_vs_unseen(scores):

@@ -31,7 +31,7 @@ import numpy as np
 import scipy.ndimage
 from PIL import Image, ImageDraw, ImageFont
 
-from bengrapheme import console, files
+from bengrapheme import console, errors, files
 from bengrapheme.grapheme import classes
 from bengrapheme.grapheme import kaggle
 
@@ -316,7 +316,9 @@ def write_dataset(out_dir, num_train, num_test, seed=0, workers=None, unseen_fra
     raise FileExistsError(f'{out_dir} is not empty; choose a new --out (nothing was written)')
   # Everything goes to a temporary folder renamed into place at the end: an interrupted run
   # never leaves a dataset that looks complete. Not fsynced file by file: a rerun rebuilds it.
-  with files.atomic_dir(out_dir, durable=False) as tmp:
+  with errors.on_ctrl_c(f'Interrupted (Ctrl-C) while writing {out_dir}: nothing was left '
+                        'there; rerun to write it.'), \
+      files.atomic_dir(out_dir, durable=False) as tmp:
     out_dir = str(tmp)
     train = _plan('train', num_train, seed, unseen_fraction)
     test = _plan('test', num_test, seed, unseen_fraction)
@@ -334,7 +336,7 @@ def parallel_map(workers):
     yield map
     return
   # Not fork: the caller may run threads (JAX, pyarrow) whose locks a fork would copy.
-  with multiprocessing.get_context('forkserver').Pool(workers) as pool:
+  with multiprocessing.get_context('forkserver').Pool(workers, console.ignore_ctrl_c) as pool:
     yield functools.partial(pool.imap, chunksize=16)
 
 
@@ -352,4 +354,4 @@ def main():
 
 
 if __name__ == '__main__':
-  main()
+  errors.run_reporting(main)

@@ -4,7 +4,7 @@ Each piece lives in the file named for it: data (Kaggle folder or TFDS build -> 
 model (backbone + component heads, preprocessing), loss, evaluate (the evaluator, and the
 Kaggle submission that launch.predict writes).
 """
-from bengrapheme.grapheme.data import random_batch, train_data  # noqa: F401
+from bengrapheme.grapheme.data import check_data, random_batch, train_data  # noqa: F401
 from bengrapheme.grapheme.evaluate import Evaluator as evaluator, predict  # noqa: F401
 from bengrapheme.grapheme.loss import loss  # noqa: F401
 from bengrapheme.grapheme.model import make_model  # noqa: F401

@@ -20,6 +20,13 @@ import ml_dtypes
 import numpy as np
 from flax import nnx
 
+from bengrapheme import errors
+
+
+class MissingWeights(errors.UserError, FileNotFoundError):
+  """model.init_from names a file that is not there."""
+
+
 SAFETENSORS_DTYPES = {'F64': np.float64, 'F32': np.float32, 'F16': np.float16,
                       'BF16': ml_dtypes.bfloat16, 'I64': np.int64, 'I32': np.int32,
                       'I16': np.int16, 'I8': np.int8, 'U8': np.uint8, 'BOOL': np.bool_}
@@ -28,16 +35,16 @@ SAFETENSORS_DTYPES = {'F64': np.float64, 'F32': np.float32, 'F16': np.float16,
 def read(path):
   """{name: numpy array} of a state_dict file (.safetensors, or torch.save's format)."""
   if not os.path.exists(path):
-    raise FileNotFoundError(f'model.init_from={path!r}: no such file (README: "Starting from '
-                            'pretrained weights" says where to get one)')
+    raise MissingWeights(f'model.init_from={path!r}: no such file (docs/pretrained-weights.md, '
+                            '"Starting from pretrained weights", says where to get one)')
   if path.endswith('.safetensors'):
     return _read_safetensors(path)
   try:
     import torch
   except ImportError as e:
     raise ImportError(f'model.init_from={path!r} is a torch.save file: reading it needs '
-                      'torch (pip install torch), or save the weights as .safetensors (README: '
-                      '"Starting from pretrained weights")') from e
+                      'torch (pip install torch), or save the weights as .safetensors '
+                      '(docs/pretrained-weights.md)') from e
   state = torch.load(path, map_location='cpu', weights_only=True)
   if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
     raise ValueError(f'model.init_from={path!r}: expected a state_dict (names -> tensors); '

@@ -1,5 +1,7 @@
 """Checkpoints hold the train state and the input position together."""
 import os
+import signal
+import time
 
 import jax
 import jax.numpy as jnp
@@ -245,3 +247,22 @@ def test_checkpoint_of_another_model_is_refused_by_name(tmp_path):
                            r"checkpoint, \(4, 3\) in this config"):
     checkpoint.restore(mngr, checkpoint.abstract(other))
   assert sorted(os.listdir(root)) == ['2']  # a good checkpoint is never moved aside
+
+
+def test_ctrl_c_asks_to_save_and_a_second_one_stops_at_once(capsys):
+  before = signal.getsignal(signal.SIGINT)
+  with checkpoint.Preemption() as preemption:
+    assert not preemption.reached(None, 1)
+    os.kill(os.getpid(), signal.SIGINT)  # the first Ctrl-C: save at this step, then stop
+    assert preemption.reached(None, 1) and preemption.interrupted
+    assert 'Ctrl-C: saving the current step' in capsys.readouterr().out
+    with pytest.raises(KeyboardInterrupt):
+      os.kill(os.getpid(), signal.SIGINT)  # the second: stop now
+      time.sleep(1)  # the handler runs at the next bytecode; never reached
+  assert signal.getsignal(signal.SIGINT) is before  # Ctrl-C interrupts as usual again
+
+
+def test_sigterm_asks_to_save_without_being_an_interruption():
+  with checkpoint.Preemption() as preemption:
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert preemption.reached(None, 1) and not preemption.interrupted

@@ -7,10 +7,10 @@ import pytest
 
 from conftest import ROOT, run_module
 
-FLAGS = {'launch.train': ('config', 'workdir', 'data', 'dry_run'),
-         'launch.evaluate': ('config', 'workdir', 'data'),
-         'launch.predict': ('config', 'workdir', 'data'),
-         'launch.score_distances': ('distances', 'data', 'out')}
+FLAGS = {'launch.train': ('config', 'workdir', 'data', 'dry_run', 'traceback'),
+         'launch.evaluate': ('config', 'workdir', 'data', 'traceback'),
+         'launch.predict': ('config', 'workdir', 'data', 'traceback'),
+         'launch.score_distances': ('distances', 'data', 'out', 'traceback')}
 
 
 def listed_flags(stdout):

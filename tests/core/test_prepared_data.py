@@ -9,7 +9,7 @@ full-disk cases mount a small tmpfs, which needs root (CI runs as root).
 import numpy as np
 import pytest
 
-from bengrapheme import cache, files
+from bengrapheme import cache, errors, files
 from bengrapheme.grapheme import prepare
 
 SIZE = 3 << 20  # above the 18 x 64 KiB that are hashed whole: the fingerprint samples blocks
@@ -82,6 +82,21 @@ def assert_out_of_space_said_so(error, cache_dir):
   assert str(cache_dir) in message and 'MiB free of' in message, message
   assert 'nothing half-built is left' in message, message
   assert list(cache_dir.iterdir()) == []  # no temporary folder, no entry
+
+
+def test_ctrl_c_while_building_says_so_and_leaves_nothing(tmp_path, source):
+  def interrupted_build(folder):
+    (folder / 'images.npy').write_bytes(b'half')
+    raise KeyboardInterrupt
+
+  with pytest.raises(errors.Interrupted) as stopped:
+    cache.build_once(tmp_path / 'cache', 'split', [source], 1, interrupted_build,
+                     origin='data')
+  assert str(stopped.value).startswith('Interrupted (Ctrl-C) while building ')
+  assert 'nothing half-built is left' in str(stopped.value)
+  assert list((tmp_path / 'cache').iterdir()) == []
+  entry = entry_in(tmp_path / 'cache', source)  # the rerun builds it whole
+  assert cache.damage(entry) is None
 
 
 def test_out_of_space_leaves_nothing_and_a_rerun_builds(small_disk, source):

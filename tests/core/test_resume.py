@@ -11,6 +11,7 @@ import glob
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -186,6 +187,45 @@ def test_sigterm_saves_the_current_step_and_exits_cleanly(grapheme_data, tmp_pat
   assert f'at step {saved}' in result.stdout
 
 
+def test_ctrl_c_saves_the_current_step_and_the_rerun_resumes(grapheme_data, tmp_path):
+  workdir = tmp_path / 'interrupted'
+  args = train_args('grapheme', grapheme_data, workdir, steps=10_000)
+  returncode, output = run_until(args, str(workdir), 5, signal.SIGINT)
+  assert returncode == 130, output  # a script's `train && evaluate` stops here
+  assert 'Traceback' not in output
+  saved = int(output.split('Interrupted: saved step ')[1].split(';')[0])
+  assert 5 <= saved < 10_000
+  assert str(saved) in os.listdir(workdir / 'checkpoints')
+  result = run_module('launch.train', *train_args('grapheme', grapheme_data, workdir,
+                                                   steps=saved + 2))
+  assert f'at step {saved}' in result.stdout
+
+
+def logged_rows(workdir):
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    rows = [json.loads(line) for line in f]
+  return [{k: v for k, v in row.items() if k != 'images_per_s'} for row in rows]
+
+
+def test_log_rows_after_a_resume_equal_an_uninterrupted_runs(grapheme_data, tmp_path):
+  """Resumed from step 4, in the middle of a log interval (rows every 3 steps), the rerun
+  logs the rows the uninterrupted run logged: the interval's sums were saved at step 4."""
+  workdir = tmp_path / 'run'
+  args = train_args('grapheme', grapheme_data, workdir, steps=12, extra=[
+      '--config.train.log_every=3', '--config.train.keep_checkpoints=5'])
+  run_module('launch.train', *args)
+  uninterrupted = logged_rows(workdir)
+  assert [row['step'] for row in uninterrupted] == [3, 6, 9, 12]
+  for step in (8, 12):  # as if the run had died after saving step 4
+    shutil.rmtree(workdir / 'checkpoints' / str(step))
+  result = run_module('launch.train', *args)
+  assert 'at step 4' in result.stdout
+  assert logged_rows(workdir) == uninterrupted
+  with open(workdir / 'metrics.jsonl') as f:
+    rates = [json.loads(line).get('images_per_s') for line in f]
+  assert all(rate and rate > 0 for rate in rates)  # every row after the first step has one
+
+
 def test_nan_stops_naming_the_step_and_keeps_the_last_good_checkpoint(grapheme_data,
                                                                       tmp_path):
   workdir = tmp_path / 'nan'
@@ -194,8 +234,9 @@ def test_nan_stops_naming_the_step_and_keeps_the_last_good_checkpoint(grapheme_d
                     extra=['--config.train.lr=1e30', '--config.train.grad_clip=1e30',
                            '--config.train.checkpoint_every=1'])
   result = run_module('launch.train', *args, check=False)
-  assert result.returncode != 0
-  message = result.stderr.split('FloatingPointError: ')[1]
+  assert result.returncode == 1
+  assert 'Traceback' not in result.stderr  # one line a user can act on
+  message = result.stderr.split('Error: ')[1]
   bad = int(message.split('NaN/Inf at step ')[1].split(';')[0])
   kept = sorted(int(s) for s in os.listdir(workdir / 'checkpoints') if s.isdigit())
   assert kept and max(kept) < bad

@@ -133,8 +133,8 @@ def test_kaggle_folder_end_to_end(grapheme_data, tmp_path):
   assert 0 <= report['val']['score'] <= 1 and 'test' not in report
   assert "split 'test' has no labels" in report['skipped']['test']
   table = result.stdout[result.stdout.index('\nval (step 2):\n'):].splitlines()
-  assert table[2].split() == ['subset', 'images', 'score', 'root', 'vowel', 'consonant',
-                              'heads', 'only']
+  assert table[2].split() == ['subset', 'images', 'rule', 'root', 'vowel', 'consonant',
+                              'heads']
   assert float(table[4].split()[2]) == pytest.approx(report['val']['score'], abs=5e-4)
   assert (workdir / 'eval' / 'report.html').stat().st_size > 0
 

@@ -146,3 +146,30 @@ def test_prior_correction_and_routing():
 def test_bad_render_settings_are_named(grapheme_data, tmp_path, render, message):
   with pytest.raises(ValueError, match=message):
     data.train_data(config_for(grapheme_data, **render), str(tmp_path / 'w'), local_batch=16)
+
+
+def test_summary_says_which_score_is_which_and_repeats_no_row():
+  """The final table names the prediction rule it scores; 'unseen' is left out where it is
+  one of its parts under another name (val holds no unseen rendered graphemes)."""
+  config = grapheme_config.get_config('test')
+  evaluator = object.__new__(evaluate.Evaluator)
+  evaluator.config = config
+  def block(score):
+    return dict(score=score, grapheme_root=score, vowel_diacritic=score,
+                consonant_diacritic=score)
+  subsets = {'all': 0.8, 'seen': 0.9, 'unseen': 0.6, 'unseen_never_rendered': 0.6}
+  scores = dict(combined={k: block(v) for k, v in subsets.items()},
+                heads={k: block(v - 0.1) for k, v in subsets.items()}, score=0.8,
+                num_images=10, num_seen=6, num_unseen=4, num_unseen_never_rendered=4)
+  header, rows, note = evaluator.summary(scores)
+  assert header == ('subset', 'images', 'rule', 'root', 'vowel', 'consonant', 'heads')
+  assert [row[0] for row in rows] == ['all', 'seen', 'unseen_never_rendered']
+  assert rows[0][2] == 0.8 and rows[0][-1] == pytest.approx(0.7)
+  rule = f'prior correction tau {config.predict.tau}, routing off'
+  assert rule in note and 'heads: the argmax of the component heads alone' in note
+  assert evaluator.headline(scores) == (
+      f'hierarchical macro recall 0.8000 with the prediction rule ({rule}); the component '
+      'heads alone 0.7000')
+  scores['combined']['unseen_rendered'] = scores['heads']['unseen_rendered'] = block(0.7)
+  assert [row[0] for row in evaluator.summary(dict(scores, num_unseen_rendered=0))[1]] == [
+      'all', 'seen', 'unseen', 'unseen_never_rendered', 'unseen_rendered']

@@ -1,0 +1,52 @@
+"""Failures a user fixes from the message alone, and interruptions: what the command-line
+entry points (launch/cli.py) print as one line instead of a traceback, which would only bury
+the message among frames of the framework's code."""
+import contextlib
+import os
+import sys
+
+
+class UserError(Exception):
+  """Input or a setting the user can fix: a missing or malformed data folder, a workdir with
+  no checkpoint or held by another run, a full disk, a loss gone NaN. The message names the
+  file, folder or setting, what was expected and what to do."""
+
+
+class Interrupted(KeyboardInterrupt):
+  """Ctrl-C, with the one line to print: what was interrupted and what was kept."""
+
+
+@contextlib.contextmanager
+def on_ctrl_c(message):
+  """Ctrl-C inside the block raises Interrupted(message) (what was interrupted, what was
+  kept; a callable is asked then); an Interrupted from deeper inside, which says more,
+  passes unchanged."""
+  try:
+    yield
+  except KeyboardInterrupt as e:
+    if isinstance(e, Interrupted):
+      raise
+    raise Interrupted(message() if callable(message) else message) from None
+
+
+def traceback_asked():
+  """BENGRAPHEME_TRACEBACK=1: show the full traceback of such errors too."""
+  return os.environ.get('BENGRAPHEME_TRACEBACK', '') not in ('', '0')
+
+
+def run_reporting(fn, *args, traceback=False):
+  """fn(*args), ending the program with one line on stderr instead of a traceback on a
+  UserError (status 1) or Ctrl-C (status 130), unless `traceback` or traceback_asked()."""
+  try:
+    return fn(*args)
+  except UserError as e:
+    if traceback or traceback_asked():
+      raise
+    print(f'Error: {e}', file=sys.stderr, flush=True)
+    sys.exit(1)
+  except KeyboardInterrupt as e:
+    if traceback or traceback_asked():
+      raise
+    print(str(e) if isinstance(e, Interrupted) else 'Interrupted (Ctrl-C).', file=sys.stderr,
+          flush=True)
+    sys.exit(130)

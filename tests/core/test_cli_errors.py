@@ -1,0 +1,100 @@
+"""Errors a user can fix end an entry point with one line and status 1, before slow work,
+leaving nothing behind; --traceback (or BENGRAPHEME_TRACEBACK=1) shows the traceback. Ctrl-C
+while data is written says what was interrupted, in one line, and leaves nothing."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, run_module
+
+TRAIN = ('launch.train', '--config=configs/grapheme.py:test')
+
+
+def one_line_error(result):
+  """The message of a run that ended with one line on stderr, status 1."""
+  assert result.returncode == 1, result.stdout + result.stderr
+  assert 'Traceback' not in result.stdout + result.stderr
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1, result.stderr
+  return lines[0]
+
+
+def test_missing_data_folder_is_named_and_nothing_is_created(tmp_path):
+  workdir = tmp_path / 'work'
+  result = run_module(*TRAIN, '--data', tmp_path / 'no-such-data', '--workdir', workdir,
+                      check=False)
+  assert result.returncode == 1
+  assert f'{tmp_path / "no-such-data"}: no such folder' in result.stderr
+  assert 'Traceback' not in result.stderr
+  assert not workdir.exists()
+
+
+@pytest.mark.parametrize('config, expected', [
+    ('configs/grapheme.py:test', 'train.csv: file is missing'),
+    ('configs/fragments.py:test', 'train: no such folder'),
+])
+def test_empty_data_folder_gives_one_line_and_creates_no_workdir(tmp_path, config, expected):
+  (tmp_path / 'data').mkdir()
+  workdir = tmp_path / 'work'
+  result = run_module('launch.train', f'--config={config}', '--data', tmp_path / 'data',
+                      '--workdir', workdir, check=False)
+  message = one_line_error(result)
+  assert message.startswith(f'Error: {tmp_path / "data"}') and expected in message, message
+  assert not workdir.exists()  # no workdir, no lock
+
+
+@pytest.mark.parametrize('module', ['launch.predict', 'launch.evaluate'])
+def test_workdir_without_checkpoint_gives_one_line_before_building_the_model(tmp_path,
+                                                                             module):
+  workdir = tmp_path / 'work'
+  workdir.mkdir()
+  began = time.time()
+  result = run_module(module, '--config=configs/grapheme.py:test', '--workdir', workdir,
+                      check=False)
+  message = one_line_error(result)
+  assert message.startswith(f'Error: no checkpoint in {workdir / "checkpoints"}'), message
+  assert list(workdir.iterdir()) == []
+  assert time.time() - began < 30  # found before the model is built
+  missing = run_module(module, '--config=configs/grapheme.py:test', '--workdir',
+                       tmp_path / 'nowhere', check=False)
+  assert one_line_error(missing).startswith(f'Error: --workdir {tmp_path / "nowhere"}: no '
+                                            'such folder')
+  assert not (tmp_path / 'nowhere').exists()
+
+
+def test_traceback_on_request(tmp_path):
+  args = ('launch.predict', '--config=configs/grapheme.py:test', '--workdir', tmp_path)
+  flagged = run_module(*args, '--traceback', check=False)
+  by_env = run_module(*args, check=False, env={'BENGRAPHEME_TRACEBACK': '1'})
+  for result in (flagged, by_env):
+    assert result.returncode == 1
+    assert 'Traceback (most recent call last)' in result.stderr
+    assert 'NoCheckpoint: no checkpoint in' in result.stderr
+
+
+def test_ctrl_c_while_writing_data_is_one_line_and_leaves_nothing(tmp_path):
+  """Ctrl-C reaches the whole process group, pool workers included, as from a terminal."""
+  out = tmp_path / 'data'
+  proc = subprocess.Popen(
+      [sys.executable, '-m', 'bengrapheme.grapheme.synth', '--out', out, '--train', '4000',
+       '--test', '0', '--workers', '2'], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+  deadline = time.time() + 120
+  # Interrupted once the workers draw: the temporary folder holds its first tables.
+  while not any(p.name.startswith('.tmp-') and any(p.iterdir()) for p in tmp_path.iterdir()):
+    assert proc.poll() is None, proc.communicate()
+    assert time.time() < deadline, 'the generator never started writing'
+    time.sleep(0.05)
+  time.sleep(2)
+  os.killpg(proc.pid, signal.SIGINT)
+  stdout, stderr = proc.communicate(timeout=60)
+  assert proc.returncode == 130, stdout + stderr
+  assert 'Traceback' not in stdout + stderr
+  assert stderr.strip().splitlines() == [
+      f'Interrupted (Ctrl-C) while writing {out}: nothing was left there; rerun to write it.']
+  assert 'images in' not in stdout  # no closing progress line that reads like success
+  assert list(tmp_path.iterdir()) == []
