@@ -8,35 +8,14 @@ are static Python numbers, so a stage that is switched off costs nothing in the 
 
 import jax
 import jax.numpy as jnp
-import ml_collections
-
-
-def default_config():
-  """Defaults for grapheme images of about 128x128: mild geometry, GridMask and CutMix, the
-  augmentations the Bengali.AI winners relied on."""
-  return ml_collections.ConfigDict(dict(
-      affine=True,
-      rotate_deg=10.0,
-      shear_deg=10.0,
-      scale=(0.85, 1.15),
-      translate=0.08,
-      cutout_prob=0.0,
-      cutout_size=0.3,
-      erase_prob=0.0,  # RandomErasing (the 10th place's choice over CutMix/MixUp)
-      erase_area=(0.02, 0.33),
-      grid_mask_prob=0.3,
-      mixup_alpha=0.0,
-      cutmix_alpha=1.0,
-      mix_prob=0.5,
-  ))
 
 
 def apply(key, images, targets, aug):
   """Runs the stages switched on in `aug`: affine, cutout, RandomErasing, GridMask, then
   MixUp/CutMix.
 
-  `aug` has the fields of `default_config()`; `targets` is a tuple of float one-hot or soft
-  label arrays [B, K_i]. Returns (images, targets).
+  `aug` has the fields of `defaults.augmentation()`; `targets` is a tuple of float one-hot or
+  soft label arrays [B, K_i]. Returns (images, targets).
   """
   affine_key, cutout_key, erase_key, grid_key, mix_key = jax.random.split(key, 5)
   if aug.affine:

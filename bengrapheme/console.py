@@ -36,6 +36,12 @@ def say(message, every_process=False):
     sys.stdout.flush()
 
 
+def show(text):
+  """A run's result (a table, where its files are), as it is: no timestamp; process 0 only."""
+  if speaks():
+    print(text, flush=True)
+
+
 def duration(seconds):
   """0:04:07 (h:mm:ss), for elapsed times and ETAs."""
   return str(datetime.timedelta(seconds=round(max(seconds, 0.0))))

@@ -1,65 +1,32 @@
 """The training loop shared by every task, read top to bottom.
 
-A task is a module named by `config.task` that provides
-  check_data(config)                        -> raises a DataError (errors.UserError) at once
-                                               when the training data is missing
-  train_data(config, workdir, local_batch)  -> grain IterDataset of this process's batches
-  make_model(config, rngs)                  -> nnx.Module
-  loss(model, batch, key, config)           -> (scalar loss, dict of scalars)
-  evaluator(config, split, workdir)         -> an evaluator (bengrapheme/evaluation.py)
-  predict(config, model, workdir)           -> optional: writes the task's submission file
-  random_batch(config, local_batch)         -> random data shaped as train_data's batches
-                                               (launch.train --dry_run's input)
+A task is a module named by `config.task` that provides what bengrapheme/protocols.py's
+Task names (check_data, train_data, make_model, loss, evaluator, random_batch; optionally
+predict); load_task checks it.
+
 The train state is a plain pytree (step, params, model_state, opt_state, ema), so jit
 shards it and Orbax checkpoints it with no framework in between.
 """
 import collections
 import contextlib
 import importlib
-import json
 import os
-import textwrap
 import time
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import optax
 from flax import nnx
 
-from bengrapheme import (augment, checkpoint, console, errors, evaluation, files, logs,
-                         parallel, report, workdir_lock)
+from bengrapheme import (checkpoint, console, errors, evaluation, files, logs, parallel,
+                         protocols, workdir_lock)
 from bengrapheme.models import pytorch_weights
 
 
-def default_config():
-  """The fields every task's config has; configs/*.py update them and add their own."""
-  return ml_collections.ConfigDict(dict(
-      task='',  # the task module, e.g. 'bengrapheme.grapheme.task'
-      seed=0,
-      # data.dir is the dataset as downloaded (may be read-only); --data sets it. Prepared
-      # copies go to cache_dir ('' = WORKDIR/prepared). format names the reader ('tfds':
-      # a TFDS build in tfds_dir).
-      data=dict(dir='', cache_dir='', format='', tfds_dir=''),
-      aug=augment.default_config(),
-      train=dict(
-          steps=1000, batch_size=128, lr=1e-3, warmup_steps=100, final_lr_fraction=0.01,
-          weight_decay=0.05, grad_clip=1.0, ema_decay=0.0, grad_accum_steps=1,
-          # Fine-tuning from model.init_from: the backbone's learning rate is lr x this, and
-          # zero for its first backbone_frozen_steps steps (the new heads learn first; the
-          # backbone's BatchNorm statistics still adapt to the data meanwhile).
-          backbone_lr_scale=1.0, backbone_frozen_steps=0,
-          skip_nonfinite=False, log_every=50, checkpoint_every=250, keep_checkpoints=3,
-          # (first, last): write a jax.profiler trace of these steps to WORKDIR/profile.
-          profile_steps=(0, 0)),
-      # every: evaluate config.eval.splits every this many steps during training (0: never).
-      eval=dict(every=0, splits=('test',), batch_size=256),
-      mesh=dict(data=-1, fsdp=1),  # data=-1: all devices not used by fsdp
-  ))
-
-
 def load_task(config):
-  return importlib.import_module(config.task)
+  """The task module `config.task`, checked against protocols.Task."""
+  return protocols.check(importlib.import_module(config.task), protocols.Task,
+                         f'task module {config.task!r}')
 
 
 # ---------------------------------------------------------------- model and train state
@@ -316,7 +283,7 @@ def _train(config, workdir, task, cleanup):
   start = int(jax.device_get(state['step']))
 
   # Made before the first step, so a config with no split to score fails at once.
-  in_training_evaluators = (evaluators(config, task, workdir, console.say) if config.eval.every
+  in_training_evaluators = (evaluators(config, task, workdir) if config.eval.every
                             else {})
   logger = logs.MetricLogger(workdir, resume_step=start)
   cleanup.callback(logger.close)
@@ -400,7 +367,7 @@ def _train(config, workdir, task, cleanup):
   return state
 
 
-# ---------------------------------------------------------------- restoring for eval
+# ---------------------------------------------------------------- shared with eval_only.py
 
 
 def save_config(config, workdir):
@@ -416,65 +383,20 @@ def apply_fn(graphdef):
   return apply
 
 
-def trained_model(config, workdir):
-  """(task, evaluation.TrainedModel) from the newest checkpoint in `workdir`."""
-  checkpoint.require(workdir)  # before the model is built, which takes a while
-  task = load_task(config)
-  mesh = parallel.make_mesh(config.mesh)
-  graphdef, state = init_state(config, task, mesh, pretrained=False)
-  # Read-only: this may run while a training run writes the workdir (it holds the lock).
-  ckpt = checkpoint.manager(workdir, keep=config.train.keep_checkpoints, read_only=True)
-  step, restored = checkpoint.restore(ckpt, checkpoint.abstract(state), read_only=True)
-  ckpt.close()
-  if restored is None:
-    raise checkpoint.NoCheckpoint(f'no checkpoint in {checkpoint.directory(workdir)}: train '
-                                  f'first (python -m launch.train ... --workdir {workdir})')
-  print(f'Using the checkpoint of step {step} ({checkpoint.directory(workdir)}/{step}), the '
-        'newest complete one.', flush=True)
-  return task, evaluation.TrainedModel(apply_fn(graphdef), eval_variables(restored), mesh,
-                                       step)
-
-
-def evaluators(config, task, workdir, say, skipped=None):
-  """{split: evaluator} for config.eval.splits, leaving out (with a line through `say`, and
-  the reason in `skipped`) those with no labels, as Kaggle's test split; at least one stays."""
+def evaluators(config, task, workdir, skipped=None):
+  """{split: evaluator} for config.eval.splits, leaving out (saying so, and with the reason
+  in `skipped`) those with no labels, as Kaggle's test split; at least one stays. Used by
+  training's evaluations and by eval_only.py."""
   found = {}
   for split in config.eval.splits:
     try:
-      found[split] = task.evaluator(config, split, workdir)
+      found[split] = protocols.check(task.evaluator(config, split, workdir),
+                                     protocols.Evaluator, f'the evaluator of split {split!r}')
     except evaluation.Unlabelled as e:
-      if jax.process_index() == 0:
-        say(f'Skipping {e}')
+      console.say(f'Skipping {e}')
       if skipped is not None:
         skipped[split] = str(e)
   if not found:
-    raise ValueError(f'config.eval.splits={tuple(config.eval.splits)}: no split has labels to '
-                     'score; add one that does (e.g. val)')
+    raise errors.UserError(f'config.eval.splits={tuple(config.eval.splits)}: no split has '
+                           'labels to score; add one that does (e.g. val)')
   return found
-
-
-def evaluate(config, workdir):
-  """Scores every split in config.eval.splits; writes workdir/eval/metrics.json and the page
-  people look at, workdir/eval/report.html, then prints each split's headline scores.
-  Returns what metrics.json holds: the step, and each split's scores with flat 'a/b/c' keys."""
-  task, model = trained_model(config, workdir)
-  metrics, sections, summaries = {'step': model.step}, [], {}
-  skipped = {}
-  for split, evaluator in evaluators(config, task, workdir, console.say, skipped).items():
-    console.say(f'Scoring split {split!r}...')
-    scores, details = evaluator.run(model)
-    metrics[split] = evaluation.flatten(scores)
-    summaries[split] = evaluator.summary(scores)
-    console.say(f'Drawing the report of split {split!r}...')
-    sections += evaluator.report_sections(scores, details)
-  if skipped:
-    metrics['skipped'] = skipped
-  if jax.process_index() == 0:
-    path = files.write_atomic(files.join(workdir, 'eval', 'metrics.json'),
-                              json.dumps(metrics, indent=2, sort_keys=True))
-    page = report.write(config, workdir, model.step, sections)
-    for split, (header, rows, note) in summaries.items():
-      print(f'\n{split} (step {model.step:,}):\n{console.text_table(header, rows)}\n'
-            f'{textwrap.fill(note, 96)}')
-    print(f'\nEvery score: {path}\nCharts and examples: {page}', flush=True)
-  return metrics

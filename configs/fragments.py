@@ -19,13 +19,13 @@ DATA holds train/ and test/ folders of WID_PID_FID.jpg fragments (the HisFrag20 
 """
 import ml_collections
 
-from bengrapheme import train
+from bengrapheme import defaults
 
 
 def get_config(arg='demo'):
   if arg not in ('demo', 'hisfrag20', 'test'):
     raise ValueError(f'configs/fragments.py:{arg}: expected one of demo, hisfrag20, test')
-  c = train.default_config()  # the trainer's fields; what follows is this task's
+  c = defaults.config()  # the trainer's fields; what follows is this task's
   c.task = 'retrieval.task'
   # data.dir holds train/ and test/; format='tfds' reads retrieval/tfds_hisfrag20.py's build.
   # The val split: a val_writers share of train/'s writers, drawn by val_seed and left out of

@@ -13,13 +13,13 @@ Variants, each run with the trainer CLI:
   # Tiny, for the tests:
   python -m launch.train --config configs/grapheme.py:test --data DIR --workdir DIR
 """
-from bengrapheme import train
+from bengrapheme import defaults
 
 
 def get_config(arg='demo'):
   if arg not in ('demo', 'kaggle', 'test'):
     raise ValueError(f"configs/grapheme.py:{arg}: expected one of demo, kaggle, test")
-  c = train.default_config()  # the trainer's fields; what follows is this task's
+  c = defaults.config()  # the trainer's fields; what follows is this task's
   c.task = 'bengrapheme.grapheme.task'
   # data.dir: the Kaggle folder; format='tfds' reads bengrapheme/grapheme/tfds_bengaliai.py's
   # build in tfds_dir instead. The val split: the held-out graphemes' images plus a seeded

@@ -9,8 +9,8 @@ from launch import cli, flags
 
 def main(argv):
   del argv
-  from bengrapheme import train
-  train.evaluate(flags.config(), flags.WORKDIR.value)
+  from bengrapheme import eval_only
+  eval_only.evaluate(flags.config(), flags.WORKDIR.value)
 
 
 if __name__ == '__main__':

@@ -8,13 +8,13 @@ from launch import cli, flags
 
 def main(argv):
   del argv
-  from bengrapheme import train
+  from bengrapheme import console, errors, eval_only, train
   config = flags.config()
   if not hasattr(train.load_task(config), 'predict'):
-    raise SystemExit(f'{config.task} has no predictor (it has no submission format); '
+    raise errors.UserError(f'{config.task} has no predictor (it has no submission format); '
                      'python -m launch.evaluate writes its scores and exports')
-  task, model = train.trained_model(config, flags.WORKDIR.value)
-  print(task.predict(config, model, flags.WORKDIR.value))
+  task, model = eval_only.trained_model(config, flags.WORKDIR.value)
+  console.show(task.predict(config, model, flags.WORKDIR.value))
 
 
 if __name__ == '__main__':

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bengrapheme import augment
+from bengrapheme import augment, defaults
 
 from conftest import ROOT
 
@@ -31,7 +31,7 @@ def jit_apply(aug):
 
 
 # Every stage on, mixing always: the config of the jit and sharding checks.
-APPLY_AUG = augment.default_config()
+APPLY_AUG = defaults.augmentation()
 APPLY_AUG.cutout_prob = 0.5
 APPLY_AUG.erase_prob = 0.5
 APPLY_AUG.mix_prob = 1.0
@@ -49,7 +49,7 @@ def one_hot_targets(batch=BATCH):
 
 
 def test_default_config_fields():
-  aug = augment.default_config()
+  aug = defaults.augmentation()
   assert set(aug.keys()) == {'affine', 'rotate_deg', 'shear_deg', 'scale', 'translate',
                              'cutout_prob', 'cutout_size', 'erase_prob', 'erase_area',
                              'grid_mask_prob', 'mixup_alpha', 'cutmix_alpha', 'mix_prob'}
@@ -243,7 +243,7 @@ def test_mix_rejects_integer_targets():
 
 
 def test_apply_with_everything_off_is_identity():
-  aug = augment.default_config()
+  aug = defaults.augmentation()
   aug.affine = False
   aug.cutout_prob = aug.grid_mask_prob = aug.mix_prob = 0.0
   images, targets = random_images(), one_hot_targets()

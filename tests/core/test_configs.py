@@ -1,8 +1,13 @@
 """Every config variant builds its model, and configs refuse unknown keys."""
 import importlib
+import os
+import subprocess
+import sys
 
 import pytest
 from flax import nnx
+
+from conftest import ROOT
 
 VARIANTS = [('configs.grapheme', v) for v in ('demo', 'kaggle', 'test')] + [
     ('configs.fragments', v) for v in ('demo', 'hisfrag20', 'test')]
@@ -23,3 +28,44 @@ def test_configs_are_locked(module):
     config.train.stepz = 3
   with pytest.raises(ValueError, match='expected one of'):
     importlib.import_module(module).get_config('nope')
+
+
+def test_reading_a_config_imports_no_framework():
+  """Configs are read by tools and notebooks that may never train: a fresh process reads
+  every variant without importing jax, Orbax, flax or matplotlib."""
+  code = ('import sys, configs.grapheme as g, configs.fragments as f\n'
+          f'for module, variant in {VARIANTS!r}:\n'
+          '  sys.modules[module].get_config(variant)\n'
+          "print(sorted(m for m in ('jax', 'orbax', 'flax', 'matplotlib') if m in sys.modules))")
+  result = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True,
+                          text=True, env=dict(os.environ, PYTHONPATH=ROOT), check=True)
+  assert result.stdout.strip() == '[]'
+
+
+def test_a_task_missing_a_function_fails_at_load_naming_it(tmp_path, monkeypatch):
+  from bengrapheme import protocols, train
+  from configs import grapheme
+  (tmp_path / 'half_task.py').write_text(
+      'from bengrapheme.grapheme.task import (check_data, evaluator, make_model, '
+      'random_batch, train_data)\n')  # no loss
+  monkeypatch.syspath_prepend(str(tmp_path))
+  config = grapheme.get_config('test')
+  with config.unlocked():
+    config.task = 'half_task'
+  with pytest.raises(protocols.SeamError) as error:
+    train.load_task(config)
+  assert str(error.value) == (
+      "task module 'half_task' lacks loss; bengrapheme/protocols.py's Task provides "
+      'check_data, train_data, make_model, loss, evaluator, random_batch')
+  config.task = 'bengrapheme.grapheme.task'
+  assert train.load_task(config)  # the real one passes
+
+
+def test_an_evaluator_missing_a_method_is_named():
+  from bengrapheme import protocols
+  class Partial:
+    def run(self, model):
+      del model
+  with pytest.raises(protocols.SeamError, match=r'^evaluator lacks headline, summary, '
+                     r"report_sections; bengrapheme/protocols.py's Evaluator provides run, "):
+    protocols.check(Partial(), protocols.Evaluator, 'evaluator')

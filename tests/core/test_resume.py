@@ -296,3 +296,18 @@ def test_full_disk_stops_naming_the_space_left_and_the_rerun_resumes(grapheme_da
   result = run_module('launch.train', *args(kept + 2))
   assert f'Resumed from {workdir} at step {kept}.' in result.stdout, result.stdout
   assert os.path.isdir(workdir / 'checkpoints' / str(kept + 2))
+
+
+def test_a_run_that_fails_releases_the_workdir_and_signal_handlers(grapheme_data, tmp_path):
+  """An in-process caller (a notebook, a sweep) goes on after a failed run: the workdir lock,
+  the SIGTERM / Ctrl-C handlers and the checkpoint manager are released whatever the error."""
+  from bengrapheme import train, workdir_lock
+  from configs import grapheme
+  config = grapheme.get_config('test')
+  config.data.dir = grapheme_data
+  config.train.update(steps=12, lr=1e30, grad_clip=1e30, checkpoint_every=1)
+  handlers = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+  with pytest.raises(train.NonFinite):
+    train.train(config, str(tmp_path / 'run'))
+  assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == handlers
+  assert workdir_lock._held == {}

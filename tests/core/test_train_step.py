@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from bengrapheme import parallel, train
+from bengrapheme import defaults, parallel, train
 
 
 class Linear(nnx.Module):
@@ -29,7 +29,7 @@ TASK = types.SimpleNamespace(make_model=Linear, loss=mean_squared_error)
 
 
 def config(**train_fields):
-  c = train.default_config()
+  c = defaults.config()
   c.model = dict(init_from='')
   # No warm-up: the first step already moves the parameters. No clipping: it would hide a
   # gradient of the wrong scale (so would Adam, but not its moments in the state).

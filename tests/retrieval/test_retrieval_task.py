@@ -140,7 +140,7 @@ def test_predict_says_in_one_line_that_fragments_have_no_predictor(fragment_data
                       fragment_data, '--workdir', fragment_evaluated, check=False)
   assert result.returncode == 1
   assert result.stderr.strip().splitlines() == [
-      'retrieval.task has no predictor (it has no submission format); python -m '
+      'Error: retrieval.task has no predictor (it has no submission format); python -m '
       'launch.evaluate writes its scores and exports']
 
 
