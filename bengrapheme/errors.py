@@ -12,6 +12,10 @@ class UserError(Exception):
   file, folder or setting, what was expected and what to do."""
 
 
+class NotEmpty(UserError, FileExistsError):
+  """An output folder already holds files, which a run would mix its own into."""
+
+
 class Interrupted(KeyboardInterrupt):
   """Ctrl-C, with the one line to print: what was interrupted and what was kept."""
 

@@ -336,7 +336,7 @@ def make_empty_dir(path):
   """Creates path, or accepts it empty: files of an earlier run would mix into this one."""
   os.makedirs(path, exist_ok=True)
   if os.listdir(path):
-    raise ValueError(f'{path}: already holds files; expected a new or empty folder')
+    raise errors.NotEmpty(f'{path}: already holds files; expected a new or empty folder')
 
 
 def run_jobs(fn, jobs, workers, what, unit):

@@ -409,7 +409,7 @@ def write_dataset(out_dir, writers_train, writers_test, pages_per_writer, seed=0
                      f'{pages_per_writer}')
   check_fonts()
   if os.path.isdir(out_dir) and os.listdir(out_dir):
-    raise ValueError(f'{out_dir}: already holds files; expected a new or empty folder')
+    raise errors.NotEmpty(f'{out_dir}: already holds files; expected a new or empty folder')
   # Written under a temporary name and renamed at the end: an interrupted run never leaves
   # a dataset that looks complete. Not fsynced file by file: a rerun rebuilds it.
   if pages_dir is not None:

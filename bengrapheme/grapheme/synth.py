@@ -313,7 +313,7 @@ def write_dataset(out_dir, num_train, num_test, seed=0, workers=None, unseen_fra
     raise ValueError(f'workers must be at least 1, got {workers}')
   workers = workers or len(os.sched_getaffinity(0))
   if os.path.isdir(out_dir) and os.listdir(out_dir):
-    raise FileExistsError(f'{out_dir} is not empty; choose a new --out (nothing was written)')
+    raise errors.NotEmpty(f'{out_dir} is not empty; choose a new --out (nothing was written)')
   # Everything goes to a temporary folder renamed into place at the end: an interrupted run
   # never leaves a dataset that looks complete. Not fsynced file by file: a rerun rebuilds it.
   with errors.on_ctrl_c(f'Interrupted (Ctrl-C) while writing {out_dir}: nothing was left '
