@@ -10,6 +10,25 @@ import grain
 import numpy as np
 
 
+def data_dir(config, *, folder_format, folder, build, error):
+  """Where config.data says the data is: data.tfds_dir for format 'tfds' (a TFDS data dir
+  holding a `build` build), else data.dir for format `folder_format` (`folder`, as the no-data
+  message describes it). Raises `error` when data.dir is not set, ValueError for another
+  format or a missing tfds_dir."""
+  data = config.data
+  if data.format == 'tfds':
+    if not data.tfds_dir:
+      raise ValueError("config.data.format='tfds' needs config.data.tfds_dir, a TFDS data dir "
+                       f'holding a {build} build')
+    return data.tfds_dir
+  if data.format != folder_format:
+    raise ValueError(f'config.data.format={data.format!r}: expected {folder_format!r} or '
+                     "'tfds'")
+  if not data.dir:
+    raise error(f'no data: pass --data DIR ({folder}) or set config.data.dir')
+  return data.dir
+
+
 class Subset:
   """A random-access view of `source` at `indices` (e.g. a validation hold-out); record i
   carries index = i, its row here, as every source's records do."""
@@ -28,9 +47,22 @@ class Subset:
     return self.source.labels[self.indices]
 
 
+def train_stream(sampler, read, *, local_batch, process_index, num_threads=8):
+  """Endless per-process batches of a training stream; `.get_state()` resumes it.
+
+  sampler[b]: the record indices of global batch b, a pure function of b (so the iterator's
+  state is the batch count, and a resumed stream is the stream an uninterrupted run reads).
+  Every process reads its own rows of each global batch, process_index * local_batch on, as
+  read(indices) -> a batch dict.
+  """
+  lo = process_index * local_batch
+  ds = grain.MapDataset.source(sampler).map(lambda indices: read(indices[lo:lo + local_batch]))
+  return ds.to_iter_dataset(_read_options(num_threads))
+
+
 def train_dataset(source, *, batch_size, seed, process_index, process_count,
                   num_threads=8, mixed_in=None, mixed_fraction=0.0):
-  """Endless, per-epoch reshuffled stream of per-process batches; `.get_state()` resumes it.
+  """train_stream over `source`, reshuffled every epoch: batch_size records a process.
 
   With `mixed_in` (another source of the same records), a fraction `mixed_fraction` of every
   batch comes from it, each source shuffled and repeated on its own, so neither's epoch length
@@ -40,17 +72,25 @@ def train_dataset(source, *, batch_size, seed, process_index, process_count,
   if len(source) < batch_size * process_count:
     raise ValueError(f'training set of {len(source)} examples is smaller than one global '
                      f'batch ({batch_size * process_count})')
-  ds = grain.MapDataset.source(source).shuffle(seed=seed).repeat()
+  # The stream of indices, `mixed_in`'s after `source`'s: shuffling and mixing look only at
+  # the lengths, so these are the positions the records themselves would take.
+  n = len(source)
+  indices = grain.MapDataset.range(n).shuffle(seed=seed).repeat()
   if mixed_fraction:
     if not 0 < mixed_fraction < 1 or mixed_in is None or len(mixed_in) == 0:
       raise ValueError(f'mixed_fraction {mixed_fraction} needs a non-empty mixed_in source '
                        'and a fraction in (0, 1)')
-    extra = grain.MapDataset.source(mixed_in).shuffle(seed=seed + 1).repeat()
-    ds = grain.MapDataset.mix([ds, extra], [1 - mixed_fraction, mixed_fraction])
-  # Batch first, then deal the batches out: global batch b is the same run of examples, in
-  # the same order, whatever the process count (augmentation draws by position in it).
-  ds = ds.batch(batch_size, drop_remainder=True)[process_index::process_count]
-  return ds.to_iter_dataset(_read_options(num_threads))
+    extra = grain.MapDataset.range(n, n + len(mixed_in)).shuffle(seed=seed + 1).repeat()
+    indices = grain.MapDataset.mix([indices, extra], [1 - mixed_fraction, mixed_fraction])
+
+  def read(rows):
+    records = [source[i] if i < n else mixed_in[i - n] for i in rows.tolist()]
+    return {k: np.stack([r[k] for r in records]) for k in records[0]}
+
+  # Global batch b is the same run of examples, in the same order, whatever the process
+  # count (augmentation draws by position in it).
+  return train_stream(indices.batch(batch_size * process_count), read, local_batch=batch_size,
+                      process_index=process_index, num_threads=num_threads)
 
 
 def _read_options(num_threads):

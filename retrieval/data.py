@@ -12,11 +12,10 @@ import json
 import os
 import pathlib
 
-import grain
 import jax
 import numpy as np
 
-from bengrapheme import cache, console, files
+from bengrapheme import cache, console, files, input as input_lib
 from retrieval import patches, reader, surrogate
 
 CACHE_LAYOUT = 2  # bump when the cache's files change
@@ -105,11 +104,11 @@ def _raw_to_npy(raw, path, shape):
   os.remove(raw)
 
 
-def _folder(config, split):
-  if not config.data.dir:
-    raise reader.DataError('no data: pass --data DIR (a folder with train/ and test/ of '
-                           'WID_PID_FID.jpg fragments) or set config.data.dir')
-  return os.path.join(config.data.dir, split)
+def _data_dir(config):
+  return input_lib.data_dir(
+      config, folder_format='folder',
+      folder='a folder with train/ and test/ of WID_PID_FID.jpg fragments', build='hisfrag20',
+      error=reader.DataError)
 
 
 class FragmentSubset(reader.FragmentSource):
@@ -146,17 +145,13 @@ def listing(config, split):
     raise ValueError(f"split {split!r}: expected 'train', 'val' or 'test'")
   folder_split = 'train' if split == 'val' else split
   size, color = config.input.patch_size, False
+  location = _data_dir(config)
   if config.data.format == 'tfds':
-    if not config.data.tfds_dir:
-      raise ValueError("config.data.format='tfds' needs config.data.tfds_dir, a TFDS data "
-                       'dir holding a hisfrag20 build')
     # Imported only here: tensorflow_datasets takes ~0.5 s to import.
     from retrieval import tfds_hisfrag20
-    src = tfds_hisfrag20.TfdsFragmentSource(config.data.tfds_dir, folder_split, size, color)
-  elif config.data.format == 'folder':
-    src = reader.FragmentSource(_folder(config, folder_split), size, color)
+    src = tfds_hisfrag20.TfdsFragmentSource(location, folder_split, size, color)
   else:
-    raise ValueError(f"config.data.format={config.data.format!r}: expected 'folder' or 'tfds'")
+    src = reader.FragmentSource(os.path.join(location, folder_split), size, color)
   if folder_split == 'test':
     return src
   held_out = val_writers(config, [f.writer for f in src.fragments])
@@ -255,7 +250,7 @@ def check_data(config):
   empty or holds something other than WID_PID_FID.jpg fragments; a TFDS build is checked
   when it is opened."""
   if config.data.format == 'folder':
-    reader.list_fragments(_folder(config, 'train'))
+    reader.list_fragments(os.path.join(_data_dir(config), 'train'))
 
 
 def train_data(config, workdir, local_batch):
@@ -270,13 +265,11 @@ def train_data(config, workdir, local_batch):
   labels = (src.patch_writer if config.train.labels == 'writer'
             else surrogate.labels(config, workdir, src))
   p, k = writers_and_per_writer(config)
-  lo = jax.process_index() * local_batch
-  sampler = PKBatches(labels, p, k, config.seed)
-  ds = grain.MapDataset.source(sampler).map(lambda idx: idx[lo:lo + local_batch])
-  ds = ds.map(lambda idx: {'image': src.patches()[idx][..., None], 'label': labels[idx]})
-  threads = config.input.num_threads
-  return ds.to_iter_dataset(grain.ReadOptions(num_threads=threads,
-                                              prefetch_buffer_size=max(4, threads)))
+  return input_lib.train_stream(
+      PKBatches(labels, p, k, config.seed),
+      lambda idx: {'image': src.patches()[idx][..., None], 'label': labels[idx]},
+      local_batch=local_batch, process_index=jax.process_index(),
+      num_threads=config.input.num_threads)
 
 
 def random_batch(config, local_batch):

@@ -20,23 +20,19 @@ CLASS_COUNTS = 'class_counts.json'
 def _source(config, workdir, split):
   """Prepares (once, cached) and opens `split` ('train' or 'test') of config.data.dir, or
   opens it in the TFDS build in config.data.tfds_dir (format 'tfds'): the same records."""
+  location = _data_dir(config)
   if config.data.format == 'tfds':
-    if not config.data.tfds_dir:
-      raise ValueError("config.data.format='tfds' needs config.data.tfds_dir, a TFDS data "
-                       'dir holding a bengaliai build')
     if split == 'train' and config.data.corrected_labels:
       raise ValueError("config.data.corrected_labels reads train_multi_diacritics.csv from a "
                        "Kaggle folder (a TFDS build holds train.csv's labels): set "
                        "config.data.format='kaggle' or config.data.corrected_labels=False")
     # Imported only here: tensorflow_datasets takes ~0.5 s to import.
     from bengrapheme.grapheme import tfds_bengaliai
-    return tfds_bengaliai.TfdsGraphemeSource(config.data.tfds_dir, split)
-  if config.data.format != 'kaggle':
-    raise ValueError(f"config.data.format={config.data.format!r}: expected 'kaggle' or 'tfds'")
+    return tfds_bengaliai.TfdsGraphemeSource(location, split)
   source = prepare.GraphemeSource(
-      prepare.prepare(_data_dir(config), split, files.prepared_dir(config, workdir)))
+      prepare.prepare(location, split, files.prepared_dir(config, workdir)))
   if split == 'train' and config.data.corrected_labels:
-    return Relabelled(source, kaggle.corrected_labels(config.data.dir, source.image_ids))
+    return Relabelled(source, kaggle.corrected_labels(location, source.image_ids))
   return source
 
 
@@ -90,10 +86,9 @@ def check_data(config):
 
 
 def _data_dir(config):
-  if not config.data.dir:
-    raise kaggle.DataError('no data: pass --data DIR (a Kaggle bengaliai-cv19 folder) or set '
-                           'config.data.dir')
-  return config.data.dir
+  return input_lib.data_dir(config, folder_format='kaggle',
+                            folder='a Kaggle bengaliai-cv19 folder', build='bengaliai',
+                            error=kaggle.DataError)
 
 
 def train_data(config, workdir, local_batch):
