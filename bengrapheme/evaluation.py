@@ -31,9 +31,6 @@ import numpy as np
 from bengrapheme import console, input as input_lib, parallel
 
 
-IN_FLIGHT = 2  # eval batches dispatched ahead of the one the host waits for
-
-
 class Unlabelled(ValueError):
   """A split has no labels to score (Kaggle's test.csv has none): the trainer and
   launch.evaluate skip it, saying why, and score the others."""
@@ -72,17 +69,14 @@ def outputs_by_source(model, predict, sources, *, batch_size, keys=('image',), w
   step = jax.jit(step, out_shardings=parallel.replicated(mesh))
   local_batch = parallel.per_process_batch(batch_size, mesh)
   for source in sources:
-    results = []
+    results, in_flight = [], parallel.InFlight()
     progress = console.Progress(len(source), what, unit='example')
     for batch in input_lib.eval_batches(source, batch_size=local_batch,
                                         process_index=jax.process_index(),
                                         process_count=jax.process_count()):
       batch = parallel.global_batch(mesh, {k: batch[k] for k in (*keys, 'index', 'mask')})
       results.append(step(model.variables, batch))
-      # Dispatch is asynchronous: without a wait, the inputs of every batch not yet computed
-      # would pile up in memory (a whole split's images). Two in flight keep the device busy.
-      if len(results) > IN_FLIGHT:
-        jax.block_until_ready(results[-IN_FLIGHT - 1])
+      in_flight.push(results[-1])
       progress.update(min(batch_size, len(source) - progress.done))
     progress.close()
     rows, filled = None, np.zeros(len(source), bool)

@@ -4,6 +4,7 @@ The mesh has two axes: `data` (pure data parallelism) and `fsdp` (data paralleli
 replicas also split the parameters and optimizer state, as in maxtext). Batches are split
 over both axes; parameters are replicated, or split along `fsdp` by `param_sharding`.
 """
+import collections
 import os
 
 import jax
@@ -83,3 +84,21 @@ def per_process_batch(global_batch_size, mesh):
     raise ValueError(f'batch size {global_batch_size} is not divisible by the '
                      f'{batch_devices} devices of the batch axes')
   return global_batch_size // jax.process_count()
+
+
+class InFlight:
+  """Keeps at most `limit` dispatched computations ahead of the one the host waits for.
+
+  Dispatch is asynchronous: unchecked, the host runs ahead of the devices, and the inputs of
+  every step not yet computed pile up in memory (a whole eval split's images; a log
+  interval's batches). A couple in flight keep the devices busy.
+  """
+
+  def __init__(self, limit=2):
+    self.limit, self._pending = limit, collections.deque()
+
+  def push(self, outputs):
+    """Adds a step's outputs; waits for the oldest when more than `limit` are pending."""
+    self._pending.append(outputs)
+    if len(self._pending) > self.limit:
+      jax.block_until_ready(self._pending.popleft())
