@@ -1,16 +1,12 @@
-"""Hierarchical macro recall, the Bengali.AI score, from confusion matrices kept on device.
+"""Hierarchical macro recall, the Bengali.AI score, from one confusion matrix per component.
 
-An evaluator accumulates one confusion matrix per grapheme component inside the jitted eval
-step (`update_confusion`), so no per-example predictions travel to the host; only the three
-small matrices do, once, at the end (`scores_from_confusion`). For labels already on the host,
-`hierarchical_macro_recall` counts the same matrices there (np.bincount): no device round trip.
+The evaluator has every prediction on the host (it also reports and tunes on them), so the
+matrices are counted there (`confusion_from_labels`, np.bincount); the report draws them too.
 
 Macro recall follows sklearn's `recall_score(average='macro')` with its default labels: the
 mean over every class present in y_true or y_pred, where a class seen only in predictions has
 recall 0. The score weights the components root 2 : vowel 1 : consonant 1.
 """
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 # The Bengali.AI label columns and their class counts, defined here (not imported from the
@@ -18,43 +14,6 @@ import numpy as np
 COMPONENTS = ('grapheme_root', 'vowel_diacritic', 'consonant_diacritic')
 NUM_CLASSES = (168, 11, 7)
 COMPONENT_WEIGHTS = (2.0, 1.0, 1.0)
-
-
-def init_confusion():
-  """Three int32 zero matrices [C_i, C_i]; rows are true labels, columns predictions."""
-  return tuple(jnp.zeros((c, c), jnp.int32) for c in NUM_CLASSES)
-
-
-def update_confusion(confusion, y_true, y_pred, weight=None):
-  """Adds one batch to the confusion matrices.
-
-  Args:
-    confusion: tuple from `init_confusion` (or a previous update).
-    y_true, y_pred: int [B, 3] labels in column order COMPONENTS.
-    weight: [B] 0/1 mask (bool, int or float); rows with weight 0, such as the padding of a
-      last eval batch, are not counted whatever their labels. None counts every row.
-
-  Returns:
-    The new tuple of int32 confusion matrices.
-  """
-  y_true = jnp.asarray(y_true, jnp.int32)
-  y_pred = jnp.asarray(y_pred, jnp.int32)
-  if weight is None:
-    weight = jnp.ones(y_true.shape[:1], jnp.int32)
-  weight = jnp.asarray(weight).astype(jnp.int32)
-  updated = []
-  for i, (matrix, c) in enumerate(zip(confusion, NUM_CLASSES)):
-    t, p = y_true[:, i], y_pred[:, i]
-    # An out-of-range label would alias into another cell of the flattened matrix; drop it
-    # instead (padding rows often carry garbage labels such as -1).
-    valid = (t >= 0) & (t < c) & (p >= 0) & (p < c)
-    # A scatter-add over the flattened (true, pred) cells. On CPU it beat the one-hot matmul
-    # (168 x B x 168 multiply-adds for the root) by 20-60x: 30 us vs 0.6 ms at B = 256,
-    # 60 us vs 3.7 ms at B = 4096.
-    counts = jax.ops.segment_sum(jnp.where(valid, weight, 0), jnp.where(valid, t * c + p, 0),
-                                 num_segments=c * c)
-    updated.append(matrix + counts.reshape(c, c))
-  return tuple(updated)
 
 
 def _macro_recall(matrix):
@@ -66,16 +25,9 @@ def _macro_recall(matrix):
   return float(recall[present].mean())
 
 
-def scores_from_confusion(confusion):
-  """Per-component macro recall and the 2:1:1 weighted score, as Python floats."""
-  return _scores(jax.device_get(confusion))
-
-
 def _scores(confusion):
+  """Per-component macro recall and the 2:1:1 weighted score, as Python floats."""
   confusion = [np.asarray(m, np.float64) for m in confusion]
-  if confusion[0].sum() == 0:
-    raise ValueError('scores_from_confusion: the confusion matrices are empty; no unmasked '
-                     'samples were counted')
   scores = {name: _macro_recall(m) for name, m in zip(COMPONENTS, confusion)}
   total = sum(w * scores[name] for w, name in zip(COMPONENT_WEIGHTS, COMPONENTS))
   scores['score'] = total / sum(COMPONENT_WEIGHTS)
@@ -103,16 +55,15 @@ def hierarchical_macro_recall(y_true, y_pred):
 
   Returns a dict with `score`, `grapheme_root`, `vowel_diacritic`, `consonant_diacritic`.
   """
-  return _scores(confusion_from_labels(y_true, y_pred))  # host arrays: no device_get
+  return _scores(confusion_from_labels(y_true, y_pred))
 
 
 def confusion_from_labels(y_true, y_pred):
   """The three confusion matrices (true x predicted) of int label arrays [N, 3].
 
-  Computed on the host, where the labels are: a device round trip only adds cost. The
-  matrices are the same as `update_confusion`'s; for 200,840 rows this took ~1.3-1.9 ms on 2
-  shared cores (warm or cold caches), the jitted scatter-add with its transfers ~4.5 ms,
-  sklearn ~90 ms.
+  Computed on the host, where the labels are: a device round trip only adds cost. For 200,840
+  rows this took ~1.3-1.9 ms on 2 shared cores (warm or cold caches), a jitted scatter-add
+  with its transfers ~4.5 ms, sklearn ~90 ms.
   """
   y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
   for name, y in (('y_true', y_true), ('y_pred', y_pred)):
