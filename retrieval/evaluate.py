@@ -244,7 +244,8 @@ class Evaluator:
     for method, (emb, metric) in embedded.items():
       scores[method] = metrics.retrieval_metrics(emb, labels, metric=metric, per_query=True)
       ap = {labeling: block.pop('ap') for labeling, block in scores[method].items()}
-      details[method] = dict(embeddings=emb, metric=metric, ap=ap)
+      ranks = {labeling: block.pop('ranks') for labeling, block in scores[method].items()}
+      details[method] = dict(embeddings=emb, metric=metric, ap=ap, ranks=ranks)
 
     settings, matrices = {}, {}
     plain = {**configured_settings(config), 'whitening_dims': 0, 'rerank_k': 0,

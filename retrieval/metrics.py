@@ -79,7 +79,8 @@ def retrieval_metrics(embeddings, labels, *, metric='euclidean', block_size=256,
   merges than taking the root), 'cosine' by 1 - cosine similarity, 'cityblock' by L1 distance.
   Distances are computed in float32. per_query: each labeling's dict also holds `ap`, float64
   [N], the AP of each item as a query (NaN for one without a relevant item), whose mean over
-  the finite entries is `map`.
+  the finite entries is `map`; and `ranks`, int32 [N, R], the 1-based ranks of each query's
+  relevant items in ascending order, padded with 0 (R: the most any query has).
   """
   x = _prepare(embeddings, metric)
   names, codes = _encode_labels(labels, x.shape[0])
@@ -127,10 +128,11 @@ def retrieval_metrics(embeddings, labels, *, metric='euclidean', block_size=256,
 
   # Pass 3: ranks and per-query stats.
   codes_p = jnp.asarray(codes_p)
-  stats = [_ring_stats(thr, counts, cand_le, i, cand_p[i], queries[i], codes_p, n_chunks[i])
-           for i in range(nb)]
-  by_item = np.concatenate([np.asarray(s) for s in stats], axis=2)[:, :, position[:n]]
-  return _summarise(names, by_item, per_query)
+  stats, ranks = zip(*[
+      _ring_stats(thr, counts, cand_le, i, cand_p[i], queries[i], codes_p, n_chunks[i])
+      for i in range(nb)])
+  by_item = lambda blocks: np.concatenate([np.asarray(s) for s in blocks], 2)[:, :, position[:n]]
+  return _summarise(names, by_item(stats), by_item(ranks) if per_query else None)
 
 
 def metrics_from_distances(distances, labels, *, item_names=None, block_size=256,
@@ -155,19 +157,21 @@ def metrics_from_distances(distances, labels, *, item_names=None, block_size=256
   # The last block is topped up with repeats of the last query; their stats are dropped.
   queries = np.append(order, np.full(nb * b - n, order[-1])).reshape(nb, b)
   jcodes = jnp.asarray(codes)
-  stats = [_rows_block(jnp.asarray(d[q], np.float32), cand[q].T, q, jcodes, n_chunks[i])
+  stats = [_rows_block(jnp.asarray(d[q], np.float32), cand[q].T, q, jcodes, n_chunks[i])[0]
            for i, q in enumerate(queries)]
   return _summarise(names, np.concatenate([np.asarray(s) for s in stats], axis=2)[:, :, :n])
 
 
-def distance_matrix(embeddings, *, metric='euclidean', block_size=256):
-  """The [N, N] float32 matrix of the distances `retrieval_metrics` ranks by (for export)."""
+def distance_matrix(embeddings, *, metric='euclidean', block_size=256, rows=None):
+  """The float32 distances `retrieval_metrics` ranks by: [N, N] (for export), or only the
+  rows of the items `rows` (e.g. the queries a report shows), [len(rows), N]."""
   x = _prepare(embeddings, metric)
   xj, bias = jnp.asarray(x), jnp.asarray(_bias(x, metric))
-  out = np.empty((x.shape[0], x.shape[0]), np.float32)
-  for s in range(0, x.shape[0], block_size):
-    e = s + block_size
-    out[s:e] = np.asarray(_distances(xj, bias, xj[s:e], bias[s:e], metric=metric)).T
+  rows = np.arange(x.shape[0]) if rows is None else np.asarray(rows)
+  out = np.empty((len(rows), x.shape[0]), np.float32)
+  for s in range(0, len(rows), block_size):
+    q = rows[s:s + block_size]
+    out[s:s + len(q)] = np.asarray(_distances(xj, bias, xj[q], bias[q], metric=metric)).T
   return out
 
 
@@ -262,7 +266,8 @@ def _block_stats(thr, le, cand, q, codes, n_chunks):
   thr: [M, B] distance of query q[b] to candidate cand[:, b] (+inf if padding or q itself);
   le: [M, B] number of items other than the query at or below it; codes: [L, N] class of
   each item per labeling. Returns [5, L, B] float32 sums over each query's relevant items:
-  precision at their ranks, top-1 hits, hits in the top 10, in the top 100, and their number.
+  precision at their ranks, top-1 hits, hits in the top 10, in the top 100, and their number;
+  and [L, M, B] int32 the rank of each relevant candidate (0 for the others).
 
   Ranks without sorting: with the relevant items ordered by (distance, slot), the one at
   position p among them has p - 1 relevant items before it and, the query losing ties,
@@ -279,7 +284,7 @@ def _block_stats(thr, le, cand, q, codes, n_chunks):
   rank = pos + le[None] - rel_le
   # One reduction for all five (XLA:CPU compile time grows with each reduction).
   terms = jnp.stack([pos / rank, rank == 1, rank <= 10, rank <= 100, jnp.ones_like(rel)])
-  return jnp.sum(jnp.where(rel, terms, 0.0), axis=2)
+  return jnp.sum(jnp.where(rel, terms, 0.0), axis=2), jnp.where(rel, rank, 0)
 
 
 def _count_at_or_below(dt, thr, n_chunks, *, positions=False):
@@ -395,9 +400,9 @@ def _plan(codes, block_size, *, odd):
   return cand, order, b, nb, (-(-largest // CHUNK)).astype(np.int32)
 
 
-def _summarise(names, stats, per_query=False):
-  """Metrics from the per-query sums [5, L, Q] of `_block_stats` (Q in item order when
-  per_query)."""
+def _summarise(names, stats, ranks=None):
+  """Metrics from the per-query sums [5, L, Q] of `_block_stats`; with its ranks [L, M, Q]
+  (Q in item order), each query's AP and relevant ranks too."""
   precision, top1, hits10, hits100, n_rel = np.asarray(stats, np.float64)
   out = []
   for l in range(n_rel.shape[0]):
@@ -416,8 +421,11 @@ def _summarise(names, stats, per_query=False):
           pr10=float(np.mean(hits10[l][keep] / np.minimum(10, nr))),
           pr100=float(np.mean(hits100[l][keep] / np.minimum(100, nr))),
           num_queries=k))
-    if per_query:
-      out[-1]['ap'] = ap
+    if ranks is not None:
+      # Ascending, then the padding.
+      r = np.sort(np.where(ranks[l] > 0, ranks[l], np.inf).T, axis=1)
+      r = r[:, :int(n_rel[l].max(initial=0))]
+      out[-1].update(ap=ap, ranks=np.nan_to_num(r, posinf=0).astype(np.int32))
   return out[0] if names is None else dict(zip(names, out))
 
 

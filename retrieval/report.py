@@ -1,15 +1,14 @@
 """The fragment retrieval sections of report.html: encoder vs SRS-LBP, precision-recall
 curves, AP against fragment size, and queries with their top results marked right or wrong.
 
-Each query's AP comes from the evaluator's metrics kernel (retrieval/metrics.py). The
-precision-recall curves and each query's nearest items are computed here, in numpy, block by
-block from the embeddings, by the same rules: the query itself is never retrieved and every
-tie counts against the query.
+Every figure comes from the one ranker, the evaluator's metrics kernel (retrieval/metrics.py):
+each query's AP, and the ranks of its relevant items that the precision-recall curves are
+drawn from. The nearest items of the queries shown are sorted from the kernel's distances.
 """
 import numpy as np
-import scipy.spatial.distance
 
 from bengrapheme import report
+from retrieval import metrics
 
 LABELINGS = ('writer', 'page')
 METRIC_NAMES = {'map': 'mAP', 'top1': 'Top-1', 'pr10': 'Pr@10', 'pr100': 'Pr@100'}
@@ -21,83 +20,43 @@ MAX_POINTS = 2000  # scatter dots drawn (the binned means use every query)
 THUMB = 96  # px
 
 
-def distances(queries, items, metric):
-  """float32 [len(queries), len(items)] distances that order items as retrieval.metrics does
-  (squared Euclidean for 'euclidean')."""
-  if metric == 'euclidean':
-    return (np.einsum('ij,ij->i', queries, queries)[:, None] - 2 * queries @ items.T +
-            np.einsum('ij,ij->i', items, items)[None])
-  if metric == 'cityblock':
-    return scipy.spatial.distance.cdist(queries, items, 'cityblock').astype(np.float32)
-  raise ValueError(f"metric {metric!r}: expected 'euclidean' or 'cityblock'")
+def pr_curve(ranks):
+  """Interpolated precision at each of RECALL_LEVELS, averaged over the queries with a
+  relevant item, from the ranks of each query's relevant items ([N, R], ascending, padded
+  with 0: retrieval.metrics' per_query `ranks`)."""
+  found = (ranks > 0).sum(axis=1)
+  ranks, found = ranks[found > 0], found[found > 0]
+  if not len(ranks):
+    return np.zeros(len(RECALL_LEVELS))
+  i = np.arange(1, ranks.shape[1] + 1)
+  precision = np.where(ranks > 0, i / np.maximum(ranks, 1), 0.0)
+  # Interpolated precision at recall R: the best precision at any recall >= R.
+  best = np.maximum.accumulate(precision[:, ::-1], axis=1)[:, ::-1]
+  at = np.maximum(np.ceil(RECALL_LEVELS * found[:, None] - 1e-9) - 1, 0).astype(int)
+  return np.take_along_axis(best, at, axis=1).mean(axis=0)
 
 
-def rank_queries(embeddings, labelings, metric, *, top_k=TOP_K, block_size=256):
-  """Every item as a query against all others.
-
-  Returns (pr, top): pr {labeling: [len(RECALL_LEVELS)] interpolated precision at each recall
-  level, averaged over the queries with a relevant item}; top [N, top_k] each query's nearest
-  items, nearest first. Memory: one block of block_size x N distances at a time.
-  """
-  x = np.asarray(embeddings, np.float32)
-  n = len(x)
-  k = min(top_k, n - 1)
-  groups = {}
-  for name, labels in labelings.items():
-    codes = np.unique(labels, return_inverse=True)[1].reshape(n)
-    members = np.split(np.argsort(codes, kind='stable'), np.cumsum(np.bincount(codes))[:-1])
-    groups[name] = codes, members
-  pr = {name: np.zeros(len(RECALL_LEVELS)) for name in labelings}
-  queries = dict.fromkeys(labelings, 0)
-  top = np.zeros((n, k), np.int64)
-  for start in range(0, n, block_size):
-    d = distances(x[start:start + block_size], x, metric)
-    rows = np.arange(len(d))
-    d[rows, start + rows] = np.inf  # the query itself is never retrieved
-    ordered = np.sort(d, axis=1)
-    # The top k are among the items at or below the k-th distance: one pass, no argsort.
-    near = d <= ordered[:, k - 1:k]
-    for r in rows:
-      q = start + r
-      candidates = np.flatnonzero(near[r])
-      top[q] = candidates[np.argsort(d[r, candidates], kind='stable')[:k]]
-      for name, (codes, members) in groups.items():
-        relevant = members[codes[q]]
-        found = np.sort(d[r, relevant[relevant != q]])
-        if not len(found):
-          continue
-        i = np.arange(1, len(found) + 1)
-        # The i-th nearest relevant item's rank: every item at or below its distance, less
-        # the relevant ones among them, plus i (the order among tied relevant items changes
-        # no metric).
-        ranks = (np.searchsorted(ordered[r], found, 'right') -
-                 np.searchsorted(found, found, 'right') + i)
-        # Interpolated precision at recall R: the best precision at any recall >= R.
-        best = np.maximum.accumulate((i / ranks)[::-1])[::-1]
-        pr[name] += best[np.maximum(np.ceil(RECALL_LEVELS * len(found) - 1e-9) - 1, 0)
-                         .astype(int)]
-        queries[name] += 1
-  for name in labelings:
-    pr[name] /= max(queries[name], 1)
-  return pr, top
+def nearest(embeddings, queries, metric, top_k=TOP_K):
+  """[len(queries), top_k] each query's nearest other items, nearest first (ties by index)."""
+  d = metrics.distance_matrix(embeddings, metric=metric, rows=queries)
+  d[np.arange(len(queries)), queries] = np.inf  # the query itself is never retrieved
+  return np.argsort(d, axis=1, kind='stable')[:, :min(top_k, d.shape[1] - 1)]
 
 
 def sections(split, scores, details, src, listing):
   """The report of one split: scores as the evaluator returns them (nested), details its
-  per-method embeddings, metric and per-query AP, src the split's PatchSource and listing
-  its reader.FragmentSource (the fragments themselves, for thumbnails)."""
-  labelings = {'writer': src.writer_ids, 'page': src.page_ids}
-  ranked = {}
-  for method, ranked_by in details.items():
-    pr, top = rank_queries(ranked_by['embeddings'], labelings, ranked_by['metric'])
-    ranked[method] = ranked_by['ap'], pr, top
+  per-method embeddings, metric, per-query AP and relevant ranks, src the split's
+  PatchSource and listing its reader.FragmentSource (the fragments themselves, for
+  thumbnails)."""
+  ranked = {method: (d['ap'], {labeling: pr_curve(r) for labeling, r in d['ranks'].items()})
+            for method, d in details.items()}
   return [report.tag('h2', f'Fragments: split {split!r}'),
           report.note(f'{len(src.names):,} fragments ({len(src):,} patches) of '
                       f'{len(np.unique(src.writer_ids)):,} writers and '
                       f'{len(np.unique(src.page_ids)):,} pages; every fragment is a query '
                       'against all others.'),
           *methods(scores), *pr_curves(ranked), *ap_against_size(ranked, src.valid_pixels),
-          *query_grid(ranked['encoder'], src, listing)]
+          *query_grid(details['encoder'], src, listing)]
 
 
 def methods(scores):
@@ -123,7 +82,7 @@ def methods(scores):
 
 def pr_curves(ranked):
   lines = {f'{method} {labeling}': (RECALL_LEVELS, pr[labeling])
-           for method, (_, pr, _) in ranked.items() for labeling in LABELINGS}
+           for method, (_, pr) in ranked.items() for labeling in LABELINGS}
   return [report.tag('h3', 'Precision-recall curve'),
           report.note('Precision at each recall level, interpolated (the best precision at '
                       'that recall or higher), averaged over the queries with a relevant item.'),
@@ -135,7 +94,7 @@ def ap_against_size(ranked, valid_pixels):
   charts = []
   for labeling in LABELINGS:
     lines, points = {}, {}
-    for method, (ap, _, _) in ranked.items():
+    for method, (ap, _) in ranked.items():
       queries = np.flatnonzero(np.isfinite(ap[labeling]))
       if not len(queries):
         continue
@@ -163,16 +122,17 @@ def _thumbnail(src, listing, i, colour, caption):
                     report.tag('figcaption', caption))
 
 
-def query_grid(ranked, src, listing):
-  ap, _, top = ranked
+def query_grid(encoder, src, listing):
+  ap = encoder['ap']
   queries = np.flatnonzero(np.isfinite(ap['writer']))
   queries = queries[np.argsort(-ap['writer'][queries], kind='stable')]
   shown = queries[np.unique(np.linspace(0, len(queries) - 1, min(NUM_QUERIES, len(queries)))
                             .round().astype(int))]
+  top = nearest(encoder['embeddings'], shown, encoder['metric'])
   rows = []
-  for q in shown:
+  for q, top_q in zip(shown, top):
     cells = [_thumbnail(src, listing, q, '#1f77b4', f'{src.names[q]} AP {ap["writer"][q]:.2f}')]
-    for rank, i in enumerate(top[q], 1):
+    for rank, i in enumerate(top_q, 1):
       same_writer = src.writer_ids[i] == src.writer_ids[q]
       what = ('same page' if src.page_ids[i] == src.page_ids[q] else
               'same writer' if same_writer else 'other writer')

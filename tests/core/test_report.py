@@ -23,7 +23,7 @@ HEADINGS = {
 
 def reference_queries(x, labels, metric):
   """Per-query AP and interpolated PR by sorting each row, the query losing every tie."""
-  d = retrieval_report.distances(x, x, metric)
+  d = metrics.distance_matrix(x, metric=metric)
   ap, pr = np.full(len(x), np.nan), []
   for q in range(len(x)):
     others = np.delete(np.arange(len(x)), q)
@@ -46,18 +46,19 @@ def test_per_query_figures_match_a_sorting_reference(metric):
   x = rng.integers(0, 4, (70, 3)).astype(np.float32)
   writer = np.append(rng.integers(0, 9, 69), 9)
   page = writer * 2 + rng.integers(0, 2, 70)
-  pr, top = retrieval_report.rank_queries(x, {'writer': writer, 'page': page}, metric,
-                                          block_size=16)
+  # Blocks of 16: the ranks of several blocks are put back in item order.
   expected = metrics.retrieval_metrics(x, {'writer': writer, 'page': page}, metric=metric,
-                                       per_query=True)
+                                       per_query=True, block_size=16)
   ap = {name: expected[name]['ap'] for name in ('writer', 'page')}
+  pr = {name: retrieval_report.pr_curve(expected[name]['ranks']) for name in ('writer', 'page')}
   for name, labels in (('writer', writer), ('page', page)):
     reference_ap, reference_pr = reference_queries(x, labels, metric)
     # The kernel sums each query's precisions in float32 on the device.
     np.testing.assert_allclose(ap[name], reference_ap, rtol=1e-6)
     np.testing.assert_allclose(pr[name], reference_pr, rtol=1e-12)
     assert np.nanmean(ap[name]) == pytest.approx(expected[name]['map'], abs=1e-6)
-  d = retrieval_report.distances(x, x, metric)
+  top = retrieval_report.nearest(x, np.arange(len(x)), metric)
+  d = metrics.distance_matrix(x, metric=metric)
   np.fill_diagonal(d, np.inf)
   np.testing.assert_array_equal(np.take_along_axis(d, top, 1),
                                 np.sort(d, 1)[:, :top.shape[1]])
