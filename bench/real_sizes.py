@@ -42,6 +42,7 @@ import tempfile
 import time
 
 from bench import common
+from bengrapheme import files
 
 DATA_ROOT = pathlib.Path(os.environ.get('BENCH_REAL_SIZES', '/tmp/bengrapheme-real-sizes'))
 KAGGLE_IMAGES = 200_840
@@ -245,16 +246,16 @@ def fragment_folder(root, n_test, n_train):
   shutil.rmtree(pieces, ignore_errors=True)
   synth.write_dataset(str(pieces), 4, 4, 4, seed=0, workers=2)
   sources = sorted(pieces.glob('*/*.jpg'))
-  tmp = pathlib.Path(tempfile.mkdtemp(dir=root.parent))
-  for split, n in (('test', n_test), ('train', n_train)):
-    folder = tmp / split
-    folder.mkdir()
-    for i in range(n):
-      # ~17 fragments a writer and ~7 a page, as in HisFrag20's test set.
-      writer, page = i // 17, (i % 17) // 7
-      os.link(sources[i % len(sources)],
-              folder / f'{writer + 1}_{3 * writer + page + 1}_{i + 1}.jpg')
-  tmp.rename(root)
+  # Not durable (no fsync of each of its thousands of links): scratch data for the bench.
+  with files.atomic_dir(root, durable=False) as tmp:
+    for split, n in (('test', n_test), ('train', n_train)):
+      folder = tmp / split
+      folder.mkdir()
+      for i in range(n):
+        # ~17 fragments a writer and ~7 a page, as in HisFrag20's test set.
+        writer, page = i // 17, (i % 17) // 7
+        os.link(sources[i % len(sources)],
+                folder / f'{writer + 1}_{3 * writer + page + 1}_{i + 1}.jpg')
   shutil.rmtree(pieces)
   return root
 

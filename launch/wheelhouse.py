@@ -28,6 +28,8 @@ import sysconfig
 import tempfile
 import zipfile
 
+from bengrapheme import files
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROJECT = 'bengrapheme'
 LISTING = 'requirements.txt'
@@ -239,10 +241,8 @@ def build(out, python_version=None, platforms=(), extras=(), root=ROOT):
   if not _is_wheelhouse(out):
     raise WheelhouseError(f'{out} exists and is not a wheelhouse this command wrote (no '
                           f'{LISTING} starting {HEADER!r}); pass an empty or new folder')
-  parent = os.path.dirname(out)
-  os.makedirs(parent, exist_ok=True)
-  tmp = tempfile.mkdtemp(prefix=f'.tmp-{os.path.basename(out)}-', dir=parent)
-  try:
+  # Not durable (no fsync of every wheel): a rerun rebuilds it.
+  with files.atomic_dir(out, durable=False) as tmp:
     wheel = build_project_wheel(root, tmp)
     download_dependencies(wheel, tmp, python_version, platforms, extras)
     pins = write_listing(tmp)
@@ -250,11 +250,8 @@ def build(out, python_version=None, platforms=(), extras=(), root=ROOT):
     for name in KEEP:
       if os.path.isfile(os.path.join(out, name)):
         shutil.copy2(os.path.join(out, name), os.path.join(tmp, name))
-    if os.path.exists(out):
-      shutil.rmtree(out)
-    os.replace(tmp, out)
-  finally:
-    shutil.rmtree(tmp, ignore_errors=True)
+    # The old wheelhouse goes only now, with the new one whole beside it.
+    shutil.rmtree(out, ignore_errors=True)
   return pins, _size(out)
 
 
