@@ -41,19 +41,15 @@ class Relabelled:
 
   def __init__(self, source, corrections):
     self.source = source
-    self._labels = source.labels.copy()
+    self.labels = source.labels.copy()
     for row, labels in corrections.items():
-      self._labels[row] = labels
-
-  @property
-  def labels(self):
-    return self._labels
+      self.labels[row] = labels
 
   def __len__(self):
     return len(self.source)
 
   def __getitem__(self, index):
-    return dict(self.source[index], labels=self._labels[int(index)].copy())
+    return dict(self.source[index], labels=self.labels[int(index)].copy())
 
 
 def source(config, workdir, split):
