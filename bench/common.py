@@ -9,6 +9,7 @@ it needs XLA_FLAGS set before jax starts) is a `Worker`: a child process that se
 (data, compilation) and then times one repeat per request, so that several of them can still
 take turns. Its peak RSS is the kernel's high-water mark of that process (VmHWM).
 """
+import argparse
 import json
 import os
 import subprocess
@@ -79,6 +80,21 @@ def peak_rss():
       if line.startswith('VmHWM:'):
         return int(line.split()[1]) * 1024
   raise RuntimeError('no VmHWM in /proc/self/status')
+
+
+def main(doc, run, worker=None):
+  """A bench module's command line: --quick (reduced sizes), then its rows as JSON lines.
+  With `worker`, the hidden --worker ARGS... that `Worker` starts its child with runs
+  worker(*ARGS) instead (ARGS as strings)."""
+  parser = argparse.ArgumentParser(description=doc.split('\n')[0])
+  parser.add_argument('--quick', action='store_true')
+  if worker:
+    parser.add_argument('--worker', nargs='+', help=argparse.SUPPRESS)
+  args = parser.parse_args()
+  if getattr(args, 'worker', None):
+    return worker(*args.worker)
+  for row in run(args.quick):
+    print(json.dumps(row))
 
 
 # ---------------------------------------------------------------- worker processes

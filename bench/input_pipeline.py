@@ -27,8 +27,6 @@ Data is synthetic: Kaggle-layout images from bench.common (paper noise and strok
 fragments cut by retrieval.synth from a few synthetic pages, copied under new names up to
 the count needed (the same JPEG bytes decode at the same cost).
 """
-import argparse
-import json
 import os
 import pathlib
 import random
@@ -261,13 +259,5 @@ def run(quick):
   return rows
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--quick', action='store_true')
-  args = parser.parse_args()
-  for row in run(args.quick):
-    print(json.dumps(row))
-
-
 if __name__ == '__main__':
-  main()
+  common.main(__doc__, run)

@@ -19,8 +19,6 @@ Embeddings are small integers around a centre per writer and an offset per page,
 distance is exact in float32 and both sides rank the very same numbers, ties included
 (writer mAP ~0.4 at full size, like a good HisFrag20 model; the costs hardly depend on it).
 """
-import argparse
-import json
 import sys
 import time
 
@@ -227,17 +225,5 @@ def run(quick):
           + retrieval('quick' if quick else 'full', 2 if quick else 3))
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--quick', action='store_true')
-  parser.add_argument('--worker', nargs=2, metavar=('CONTENDER', 'SIZE'),
-                      help=argparse.SUPPRESS)
-  args = parser.parse_args()
-  if args.worker:
-    return _worker(*args.worker)
-  for row in run(args.quick):
-    print(json.dumps(row))
-
-
 if __name__ == '__main__':
-  sys.exit(main())
+  sys.exit(common.main(__doc__, run, _worker))

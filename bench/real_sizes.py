@@ -31,7 +31,6 @@ real 20,019 from random embeddings. Times at 20,019 for the whole evaluation are
 extrapolated from the two sizes (a + b N + c N^2 is not determined by two points, so: the
 per-fragment part linear from the two sizes, the N x N part measured).
 """
-import argparse
 import json
 import os
 import pathlib
@@ -337,13 +336,5 @@ def run(quick):
   return rows + more
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--quick', action='store_true')
-  args = parser.parse_args()
-  for row in run(args.quick):
-    print(json.dumps(row))
-
-
 if __name__ == '__main__':
-  main()
+  common.main(__doc__, run)

@@ -13,8 +13,6 @@ share the same cores. Ratio = 1-device step time / N-device step time. It came o
 here: the N devices' programs run concurrently and keep both cores busier than one device's
 program does, which leaves parts of the step on one thread.
 """
-import argparse
-import json
 import os
 import sys
 import time
@@ -27,6 +25,8 @@ DEVICE_COUNTS = (1, 2, 4, 8)
 
 
 def _worker(devices, steps):
+  devices, steps = int(devices), int(steps)  # as the command line gives them
+
   def setup():
     import jax
     from bengrapheme import parallel, train
@@ -95,17 +95,5 @@ def run(quick):
   return rows
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--quick', action='store_true')
-  parser.add_argument('--worker', nargs=2, type=int, metavar=('DEVICES', 'STEPS'),
-                      help=argparse.SUPPRESS)
-  args = parser.parse_args()
-  if args.worker:
-    return _worker(*args.worker)
-  for row in run(args.quick):
-    print(json.dumps(row))
-
-
 if __name__ == '__main__':
-  sys.exit(main())
+  sys.exit(common.main(__doc__, run, _worker))
