@@ -120,7 +120,7 @@ def pick_font(rng, pool, text):
 
 # ----------------------------------------------------------------------------- plan
 
-def _cycle(rng, n, size):
+def cycle(rng, n, size):
   """`size` draws from range(n): shuffled rounds of all n, so every value appears equally."""
   rounds = -(-size // n)
   return np.array([rng.permutation(n) for _ in range(rounds)], int).reshape(-1)[:size]
@@ -142,9 +142,9 @@ def _plan(split, num, seed, unseen_fraction):
   else:
     seen = ~_spread(rng, num, unseen_fraction)
     held_out = _spread(rng, num, HELD_OUT_FONT_FRACTION)
-  real = iter(_cycle(rng, classes.NUM_GRAPHEMES, int(seen.sum())))
+  real = iter(cycle(rng, classes.NUM_GRAPHEMES, int(seen.sum())))
   unseen = classes.unseen_triples()
-  new = iter(_cycle(rng, len(unseen), int((~seen).sum())))
+  new = iter(cycle(rng, len(unseen), int((~seen).sum())))
   rows = []
   for i in range(num):
     if seen[i]:
@@ -284,6 +284,18 @@ def _write_images(out_dir, split, plan, seed, imap, progress):
 def _write_tables(out_dir, train, test):
   _write_csv(os.path.join(out_dir, 'train.csv'),
              ['image_id', *kaggle.COMPONENTS, 'grapheme'], [row[:5] for row in train])
+  # The March 2020 update: the train rows of reph + ra-phala graphemes, consonant class 7.
+  _write_csv(os.path.join(out_dir, kaggle.CLASS_MAP_CORRECTED), kaggle.CLASS_MAP_COLUMNS,
+             classes.class_map_corrected())
+  _write_csv(os.path.join(out_dir, kaggle.MULTI_DIACRITICS), kaggle.LABEL_COLUMNS,
+             [(row[0], row[1], row[2], classes.REPH_RA_PHALA, row[4]) for row in train
+              if row[4] in classes.MULTI_DIACRITIC_GRAPHEMES])
+  write_test_tables(out_dir, test)
+
+
+def write_test_tables(out_dir, test):
+  """test.csv, sample_submission.csv, class_map.csv and the answers, test_labels.csv, of the
+  test rows (image_id, root, vowel, consonant, grapheme, text, font, seen)."""
   components = sorted(kaggle.COMPONENTS)  # Kaggle lists an image's rows alphabetically
   row_ids = [(f'{row[0]}_{c}', row[0], c) for row in test for c in components]
   _write_csv(os.path.join(out_dir, 'test.csv'), ['row_id', 'image_id', 'component'], row_ids)
@@ -291,12 +303,6 @@ def _write_tables(out_dir, train, test):
              [(row_id, 0) for row_id, _, _ in row_ids])
   _write_csv(os.path.join(out_dir, 'class_map.csv'), kaggle.CLASS_MAP_COLUMNS,
              classes.class_map())
-  # The March 2020 update: the train rows of reph + ra-phala graphemes, consonant class 7.
-  _write_csv(os.path.join(out_dir, kaggle.CLASS_MAP_CORRECTED), kaggle.CLASS_MAP_COLUMNS,
-             classes.class_map_corrected())
-  _write_csv(os.path.join(out_dir, kaggle.MULTI_DIACRITICS), kaggle.LABEL_COLUMNS,
-             [(row[0], row[1], row[2], classes.REPH_RA_PHALA, row[4]) for row in train
-              if row[4] in classes.MULTI_DIACRITIC_GRAPHEMES])
   _write_csv(os.path.join(out_dir, 'test_labels.csv'),
              ['image_id', *kaggle.COMPONENTS, 'grapheme', 'seen', 'font'],
              [(*row[:5], int(row[7]), row[6]) for row in test])

@@ -220,3 +220,23 @@ def test_never_leaves_a_partial_dataset(tmp_path, monkeypatch):
   with pytest.raises(RuntimeError, match='disk full'):
     synth.write_dataset(str(tmp_path / 'out'), 2, 2, workers=1)
   assert os.listdir(tmp_path) == ['full']  # neither `out` nor its temporary folder
+
+
+def test_validation_family_is_a_kaggle_test_split_drawn_apart_from_training(tmp_path):
+  """synth_val writes a test split the Kaggle reader accepts: half unseen graphemes, only
+  fonts training never uses, each image a function of (seed, index) alone."""
+  from bengrapheme.grapheme import synth_val
+  out = tmp_path / 'val2'
+  synth_val.write_dataset(str(out), 12, seed=SEED, workers=1)
+  split = kaggle.validate(str(out), 'test')
+  answers = pd.read_csv(out / 'test_labels.csv')
+  assert list(split.image_ids) == list(answers.image_id)
+  assert answers.seen.sum() == 6
+  assert set(answers.font) <= set(synth.HELD_OUT_FONTS)
+  assert not set(answers.font) & set(synth.TRAIN_FONTS)
+  rows = synth_val.plan(12, SEED, 0.5)
+  image = synth_val.render(rows[3][5], rows[3][6], [SEED, synth_val.SPLIT_CODE, 3])
+  stored = pq.read_table(out / kaggle.image_parquet_name('test', 1)).to_pandas()
+  assert (stored.iloc[0, 1:].to_numpy(np.uint8).reshape(kaggle.HEIGHT, kaggle.WIDTH)
+          == image).all()
+  assert image.dtype == np.uint8 and image.min() < 128 < image.max()  # ink on paper
