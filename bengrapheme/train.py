@@ -7,7 +7,6 @@ predict); load_task checks it.
 The train state is a plain pytree (step, params, model_state, opt_state, ema), so jit
 shards it and Orbax checkpoints it with no framework in between.
 """
-import collections
 import contextlib
 import importlib
 import os
@@ -294,7 +293,7 @@ def _train(config, workdir, task, cleanup):
   interval = None
   # images/s counts the steps after the first (which compiles) and leaves evaluations out.
   tick, tick_step = None, None
-  in_flight = collections.deque()
+  in_flight = parallel.InFlight(STEPS_IN_FLIGHT)
   first_traced, last_traced = config.train.profile_steps
   tracing = False
   if start < config.train.steps:
@@ -314,9 +313,7 @@ def _train(config, workdir, task, cleanup):
     # Dispatch is asynchronous: unchecked, the host runs a whole log interval ahead of the
     # devices (its progress and ETA then stall at every log line) holding every batch in
     # flight. A few steps in flight keep the devices busy.
-    in_flight.append(scalars['loss'])
-    if len(in_flight) > STEPS_IN_FLIGHT:
-      jax.block_until_ready(in_flight.popleft())
+    in_flight.push(scalars['loss'])
     if step == start + 1:  # one wait, so that steady-state timing starts after compilation
       jax.block_until_ready(scalars)
       console.say(f'Compiled and ran step {step:,} in {time.perf_counter() - began:.1f} s.')

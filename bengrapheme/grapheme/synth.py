@@ -142,18 +142,26 @@ def _plan(split, num, seed, unseen_fraction):
   else:
     seen = ~_spread(rng, num, unseen_fraction)
     held_out = _spread(rng, num, HELD_OUT_FONT_FRACTION)
+  return plan_rows(rng, prefix, seen,
+                   [HELD_OUT_FONTS if h else TRAIN_FONTS for h in held_out])
+
+
+def plan_rows(rng, prefix, seen, font_pools):
+  """Rows (image_id, root, vowel, consonant, grapheme, text to draw, font, seen): seen[i]
+  picks a real grapheme (in shuffled rounds of the 1,295) or an unseen one (in rounds of
+  classes.unseen_triples()), drawn in a font of font_pools[i] that draws it."""
   real = iter(cycle(rng, classes.NUM_GRAPHEMES, int(seen.sum())))
   unseen = classes.unseen_triples()
   new = iter(cycle(rng, len(unseen), int((~seen).sum())))
   rows = []
-  for i in range(num):
+  for i, pool in enumerate(font_pools):
     if seen[i]:
       root, vowel, consonant, grapheme = classes.GRAPHEMES[next(real)]
     else:
       root, vowel, consonant = unseen[next(new)]
       grapheme = classes.compose(root, vowel, consonant)
     text = RENDER_SPELLING.get(grapheme, grapheme)
-    font = pick_font(rng, HELD_OUT_FONTS if held_out[i] else TRAIN_FONTS, text)
+    font = pick_font(rng, pool, text)
     rows.append((f'{prefix}_{i}', root, vowel, consonant, grapheme, text, font, bool(seen[i])))
   return rows
 
@@ -268,13 +276,13 @@ def _write_csv(path, header, rows):
     writer.writerows(rows)
 
 
-def _write_images(out_dir, split, plan, seed, imap, progress):
-  """Draws the split's images shard by shard, so memory holds a quarter of it at a time."""
-  code = SPLIT_CODES[split]
+def write_images(out_dir, split, plan, seed, code, imap, progress, job=render_job):
+  """Draws the split's images shard by shard, so memory holds a quarter of it at a time:
+  image i is job((text, font, [seed, code, i]))."""
   for shard, indices in enumerate(np.array_split(np.arange(len(plan)), kaggle.NUM_SHARDS)):
     jobs = [(plan[i][5], plan[i][6], [seed, code, int(i)]) for i in indices]
     images = np.zeros((len(jobs), kaggle.HEIGHT, kaggle.WIDTH), np.uint8)
-    for k, image in enumerate(imap(render_job, jobs)):
+    for k, image in enumerate(imap(job, jobs)):
       images[k] = image
       progress.update()
     path = os.path.join(out_dir, kaggle.image_parquet_name(split, shard))
@@ -331,8 +339,8 @@ def write_dataset(out_dir, num_train, num_test, seed=0, workers=None, unseen_fra
     _write_tables(out_dir, train, test)
     with console.Progress(num_train + num_test, 'drawing graphemes', unit='image') as progress, \
         parallel_map(workers) as imap:
-      _write_images(out_dir, 'train', train, seed, imap, progress)
-      _write_images(out_dir, 'test', test, seed, imap, progress)
+      write_images(out_dir, 'train', train, seed, SPLIT_CODES['train'], imap, progress)
+      write_images(out_dir, 'test', test, seed, SPLIT_CODES['test'], imap, progress)
 
 
 @contextlib.contextmanager
@@ -346,16 +354,23 @@ def parallel_map(workers):
     yield functools.partial(pool.imap, chunksize=16)
 
 
-def main():
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+def arguments(doc, counts, unseen_fraction):
+  """The generators' command line: --out, an image count per {flag: help}, --seed,
+  --workers and --unseen-fraction (default `unseen_fraction`)."""
+  parser = argparse.ArgumentParser(description=doc.split('\n\n')[0])
   parser.add_argument('--out', required=True, help='output folder')
-  parser.add_argument('--train', type=int, required=True, help='number of train images')
-  parser.add_argument('--test', type=int, required=True, help='number of test images')
+  for flag, text in counts.items():
+    parser.add_argument(flag, type=int, required=True, help=text)
   parser.add_argument('--seed', type=int, default=0)
   parser.add_argument('--workers', type=int, default=None, help='default: all usable cores')
-  parser.add_argument('--unseen-fraction', type=float, default=0.3,
+  parser.add_argument('--unseen-fraction', type=float, default=unseen_fraction,
                       help='fraction of test images showing graphemes not in the real table')
-  args = parser.parse_args()
+  return parser.parse_args()
+
+
+def main():
+  args = arguments(__doc__, {'--train': 'number of train images',
+                             '--test': 'number of test images'}, 0.3)
   write_dataset(args.out, args.train, args.test, args.seed, args.workers, args.unseen_fraction)
 
 

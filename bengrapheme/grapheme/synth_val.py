@@ -22,7 +22,6 @@ Half of the images (unseen_fraction) show graphemes outside the 1,295 of the rea
 Every image comes from its own generator seeded by (seed, index): the output does not depend
 on the worker count.
 """
-import argparse
 import functools
 import os
 
@@ -34,7 +33,7 @@ import skimage.transform
 from PIL import Image, ImageDraw, ImageFont
 
 from bengrapheme import console, errors, files
-from bengrapheme.grapheme import classes, kaggle, synth
+from bengrapheme.grapheme import kaggle, synth
 
 FONTS = synth.HELD_OUT_FONTS
 SPLIT_CODE = 7  # seeds differ from synth.py's train (0) and test (1) streams
@@ -166,24 +165,10 @@ def _render_job(job):
 
 
 def plan(num, seed, unseen_fraction):
-  """Rows (image_id, root, vowel, consonant, grapheme, text, font, seen): seen graphemes in
-  shuffled rounds of the 1,295, unseen ones in rounds of classes.unseen_triples()."""
+  """Rows (image_id, root, vowel, consonant, grapheme, text, font, seen) of the images."""
   rng = np.random.default_rng([seed, SPLIT_CODE])
   seen = rng.permutation(np.arange(num) >= round(num * unseen_fraction))
-  real = iter(synth.cycle(rng, classes.NUM_GRAPHEMES, int(seen.sum())))
-  unseen = classes.unseen_triples()
-  new = iter(synth.cycle(rng, len(unseen), int((~seen).sum())))
-  rows = []
-  for i in range(num):
-    if seen[i]:
-      root, vowel, consonant, grapheme = classes.GRAPHEMES[next(real)]
-    else:
-      root, vowel, consonant = unseen[next(new)]
-      grapheme = classes.compose(root, vowel, consonant)
-    text = synth.RENDER_SPELLING.get(grapheme, grapheme)
-    font = synth.pick_font(rng, FONTS, text)
-    rows.append((f'Test_{i}', root, vowel, consonant, grapheme, text, font, bool(seen[i])))
-  return rows
+  return synth.plan_rows(rng, 'Test', seen, [FONTS] * num)
 
 
 def write_dataset(out_dir, num, seed=0, workers=None, unseen_fraction=0.5):
@@ -202,26 +187,12 @@ def write_dataset(out_dir, num, seed=0, workers=None, unseen_fraction=0.5):
       files.atomic_dir(out_dir, durable=False) as tmp, \
       console.Progress(num, 'drawing validation-family graphemes', unit='image') as progress, \
       synth.parallel_map(workers) as imap:
-    for shard, indices in enumerate(np.array_split(np.arange(num), kaggle.NUM_SHARDS)):
-      jobs = [(rows[i][5], rows[i][6], [seed, SPLIT_CODE, int(i)]) for i in indices]
-      images = np.zeros((len(jobs), kaggle.HEIGHT, kaggle.WIDTH), np.uint8)
-      for k, image in enumerate(imap(_render_job, jobs)):
-        images[k] = image
-        progress.update()
-      kaggle.write_image_parquet(os.path.join(tmp, kaggle.image_parquet_name('test', shard)),
-                                 [rows[i][0] for i in indices], images)
+    synth.write_images(str(tmp), 'test', rows, seed, SPLIT_CODE, imap, progress, _render_job)
     synth.write_test_tables(tmp, rows)
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  parser.add_argument('--out', required=True, help='output folder')
-  parser.add_argument('--num', type=int, required=True, help='number of images')
-  parser.add_argument('--seed', type=int, default=0)
-  parser.add_argument('--workers', type=int, default=None, help='default: all usable cores')
-  parser.add_argument('--unseen-fraction', type=float, default=0.5,
-                      help='fraction of images showing graphemes not in the real table')
-  args = parser.parse_args()
+  args = synth.arguments(__doc__, {'--num': 'number of images'}, 0.5)
   write_dataset(args.out, args.num, args.seed, args.workers, args.unseen_fraction)
 
 
