@@ -33,6 +33,10 @@ GRAPHEME_COLUMNS = (
     ('seen', 'test/combined/seen/score'),
     ('unseen, rendered', 'test/combined/unseen_rendered/score'),
     ('unseen, never rendered', 'test/combined/unseen_never_rendered/score'))
+BY_CATEGORY = (('all', 'all/score'), ('seen', 'seen/score'),
+               ('unseen, rendered', 'unseen_rendered/score'),
+               ('unseen, never rendered', 'unseen_never_rendered/score'),
+               ('root recall, all', 'all/grapheme_root'))
 FRAGMENT_COLUMNS = (('writer mAP', 'writer/map'), ('writer Top-1', 'writer/top1'),
                     ('writer Pr@10', 'writer/pr10'), ('page mAP', 'page/map'),
                     ('page Top-1', 'page/top1'))
@@ -42,6 +46,10 @@ TABLES = {
         ('`render.fraction=0.5`', 'grapheme-demo-render0.5', ''),
         ('`render.fraction=0.25`, no routing: val\'s choice, `make demo`',
          'grapheme-demo', ''))),
+    'grapheme-val-family': (BY_CATEGORY, (
+        ("`make demo`'s model on the project's own test", 'grapheme-demo', 'test/combined/'),
+        ('the same model on the validation family (`synth_val`)', 'grapheme-demo-val-family',
+         'test/combined/'))),
     'fragments-demo': (FRAGMENT_COLUMNS, (
         ('val: SRS-LBP', 'fragments-demo', 'val/srs_lbp/'),
         ('val: encoder', 'fragments-demo', 'val/encoder/'),
