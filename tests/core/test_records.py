@@ -55,17 +55,18 @@ def test_a_table_no_page_holds_is_an_error_naming_it(tmp_path):
 
 def test_write_pages_redraws_every_copy_and_nothing_else(tmp_path):
   begin, end = records.markers('grapheme-demo')
+  others = [name for name in records.TABLES if name != 'grapheme-demo']
   docs = tmp_path / 'docs'
   docs.mkdir()
   readme, page = tmp_path / 'README.md', docs / 'page.md'
-  readme.write_text(f'# r\n{begin}\nstale\n{end}\nafter\n' +
-                    '\n'.join(records.markers('fragments-demo')) + '\n')
+  readme.write_text(f'# r\n{begin}\nstale\n{end}\nafter\n' + ''.join(
+      '\n'.join(records.markers(name)) + '\n' for name in others))
   page.write_text(f'# p\n\n{begin}\n{end}\n')
   records.write_pages([str(readme), str(page)])
-  assert readme.read_text() == (f'# r\n{begin}\n{records.table("grapheme-demo", str(readme))}\n'
-                                f'{end}\nafter\n{records.markers("fragments-demo")[0]}\n'
-                                f'{records.table("fragments-demo", str(readme))}\n'
-                                f'{records.markers("fragments-demo")[1]}\n')
+  assert readme.read_text() == (
+      f'# r\n{begin}\n{records.table("grapheme-demo", str(readme))}\n{end}\nafter\n' +
+      ''.join(f'{records.markers(name)[0]}\n{records.table(name, str(readme))}\n'
+              f'{records.markers(name)[1]}\n' for name in others))
   assert page.read_text() == f'# p\n\n{begin}\n{records.table("grapheme-demo", str(page))}\n{end}\n'
 
 
