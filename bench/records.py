@@ -47,8 +47,15 @@ TABLES = {
         ('`render.fraction=0.25`, no routing: val\'s choice, `make demo`',
          'grapheme-demo', ''))),
     'grapheme-val-family': (BY_CATEGORY, (
-        ("`make demo`'s model on the project's own test", 'grapheme-demo', 'test/combined/'),
-        ('the same model on the validation family (`synth_val`)', 'grapheme-demo-val-family',
+        ('`make demo`: validation family (`synth_val`)', 'grapheme-demo-val-family',
+         'test/combined/'),
+        ("`make demo`: the project's own test", 'grapheme-demo', 'test/combined/'),
+        ('+ augmentation (affine, GridMask, CutMix): validation family',
+         'grapheme-demo-aug-val-family', 'test/combined/'),
+        ("+ augmentation: the project's own test", 'grapheme-demo-aug', 'test/combined/'),
+        ('+ `input.stretch_contrast`: validation family', 'grapheme-demo-stretch-val-family',
+         'test/combined/'),
+        ("+ `input.stretch_contrast`: the project's own test", 'grapheme-demo-stretch',
          'test/combined/'))),
     'fragments-demo': (FRAGMENT_COLUMNS, (
         ('val: SRS-LBP', 'fragments-demo', 'val/srs_lbp/'),

@@ -97,8 +97,10 @@ class Progress:
 
 def ignore_ctrl_c():
   """A worker process's initializer: Ctrl-C reaches every process of the terminal's group,
-  and a worker's KeyboardInterrupt would print its own traceback; the parent alone stops
-  (closing its pool stops the workers) and says once what was interrupted."""
+  and a worker's KeyboardInterrupt would print its own traceback, or end it holding its
+  pool's queue lock (the parent's Pool.terminate then waits for that lock forever: seen with
+  workers that exited on Ctrl-C). The parent alone stops (leaving the `with Pool` block
+  terminates the workers) and says what was interrupted."""
   signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 

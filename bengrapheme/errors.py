@@ -12,7 +12,7 @@ class UserError(Exception):
   file, folder or setting, what was expected and what to do."""
 
 
-class NotEmpty(UserError, FileExistsError):
+class NotEmpty(UserError, FileExistsError, ValueError):
   """An output folder already holds files, which a run would mix its own into."""
 
 

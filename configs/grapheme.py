@@ -34,7 +34,9 @@ def get_config(arg='demo'):
   # (val chose 0.25 over 0.5: docs/graphemes.md, records grapheme-demo*).
   c.render = dict(fraction=0.25, images=16000, workers=0)  # workers 0: all usable cores
   # (height, width) the model sees; crop_to_ink scales each grapheme's ink box to fill it.
-  c.input = dict(size=(56, 96), crop_to_ink=True, ink_threshold=0.25, num_threads=8)
+  # stretch_contrast: each image's paper to 0 and darkest ink to 1 first (grapheme/model.py).
+  c.input = dict(size=(56, 96), crop_to_ink=True, ink_threshold=0.25, stretch_contrast=False,
+                 num_threads=8)
   c.model = dict(
       name='resnet',  # -> bengrapheme/models/resnet.py
       # CPU-sized: ResNet-10 at width 24 costs ~65 MFLOP per training image at 56x96.
@@ -45,9 +47,8 @@ def get_config(arg='demo'):
       # A PyTorch state_dict (torchvision or timm names) for the backbone to start from
       # (bengrapheme/models/pytorch_weights.py; docs/pretrained-weights.md).
       init_from='')
-  # No augmentation on the CPU schedule: on a run this short it cost more than it gave (an
-  # earlier ablation, not kept as a record). The data's own warps and the rendered graphemes
-  # are variety enough for a short run.
+  # No augmentation on the CPU schedule: on a run this short it costs more than it gives, on
+  # the validation family of synth_val.py too (records grapheme-demo-aug*, docs/graphemes.md).
   c.aug.update(affine=False, grid_mask_prob=0.0, mix_prob=0.0)
   c.train.update(steps=2000, batch_size=128, lr=2e-3, warmup_steps=100, log_every=50,
                  checkpoint_every=250)

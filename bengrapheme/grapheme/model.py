@@ -62,11 +62,27 @@ def make_model(config, rngs):
 def preprocess(images, config):
   """uint8 [B, 137, 236] -> float32 [B, H, W, 1], ink high, at config.input.size."""
   x = (255.0 - images.astype(jnp.float32)) / 255.0
+  if config.input.stretch_contrast:
+    x = stretch_contrast(x)
   if config.input.crop_to_ink:
     x = crop_to_ink(x, tuple(config.input.size), config.input.ink_threshold)
   else:
     x = jax.image.resize(x, (x.shape[0], *config.input.size), method='linear', antialias=True)
   return x[..., None]
+
+
+def stretch_contrast(x):
+  """Maps each image's paper to 0 and its darkest ink to 1.
+
+  Scans differ in paper tint and pen darkness; without this a grey paper can pass the ink
+  threshold (the crop then keeps the whole frame) and a light pen look faint. Paper is
+  estimated by the image's mean (paper covers most of the frame), ink by the largest value
+  of a 3x3 box blur (a single noisy pixel does not set it).
+  """
+  paper = x.mean((1, 2), keepdims=True)
+  blurred = jax.lax.reduce_window(x, 0.0, jax.lax.add, (1, 3, 3), (1, 1, 1), 'SAME') / 9
+  ink = blurred.max((1, 2), keepdims=True)
+  return jnp.clip((x - paper) / jnp.maximum(ink - paper, 0.1), 0.0, 1.0)
 
 
 def crop_to_ink(x, size, threshold, margin=4):

@@ -76,25 +76,36 @@ def test_traceback_on_request(tmp_path):
     assert 'NoCheckpoint: no checkpoint in' in result.stderr
 
 
-def test_ctrl_c_while_writing_data_is_one_line_and_leaves_nothing(tmp_path):
-  """Ctrl-C reaches the whole process group, pool workers included, as from a terminal."""
+def tmp_folder_holds(tmp_path, name):
+  return any(p.name.startswith('.tmp-') and any(f.name.startswith(name) for f in p.iterdir())
+             for p in tmp_path.iterdir())
+
+
+@pytest.mark.parametrize('moment', ['drawing', 'between_shards'])
+def test_ctrl_c_while_writing_data_is_one_line_and_leaves_nothing(tmp_path, moment):
+  """Ctrl-C reaches the whole process group, pool workers included, as from a terminal:
+  while they draw, and while the parent writes a shard and the idle workers wait."""
   out = tmp_path / 'data'
   proc = subprocess.Popen(
-      [sys.executable, '-m', 'bengrapheme.grapheme.synth', '--out', out, '--train', '4000',
+      [sys.executable, '-m', 'bengrapheme.grapheme.synth', '--out', out, '--train', '2000',
        '--test', '0', '--workers', '2'], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
   deadline = time.time() + 120
-  # Interrupted once the workers draw: the temporary folder holds its first tables.
-  while not any(p.name.startswith('.tmp-') and any(p.iterdir()) for p in tmp_path.iterdir()):
+  # 'drawing': once the temporary folder holds its tables; 'between_shards': the moment the
+  # first image file appears.
+  wanted = 'train.csv' if moment == 'drawing' else 'train_image_data_0'
+  while not tmp_folder_holds(tmp_path, wanted):
     assert proc.poll() is None, proc.communicate()
     assert time.time() < deadline, 'the generator never started writing'
-    time.sleep(0.05)
-  time.sleep(2)
+    time.sleep(0.005)
+  if moment == 'drawing':
+    time.sleep(2)
   os.killpg(proc.pid, signal.SIGINT)
-  stdout, stderr = proc.communicate(timeout=60)
+  stdout, stderr = proc.communicate(timeout=120)
   assert proc.returncode == 130, stdout + stderr
   assert 'Traceback' not in stdout + stderr
   assert stderr.strip().splitlines() == [
       f'Interrupted (Ctrl-C) while writing {out}: nothing was left there; rerun to write it.']
   assert 'images in' not in stdout  # no closing progress line that reads like success
   assert list(tmp_path.iterdir()) == []
+

@@ -173,3 +173,24 @@ def test_summary_says_which_score_is_which_and_repeats_no_row():
   scores['combined']['unseen_rendered'] = scores['heads']['unseen_rendered'] = block(0.7)
   assert [row[0] for row in evaluator.summary(dict(scores, num_unseen_rendered=0))[1]] == [
       'all', 'seen', 'unseen', 'unseen_never_rendered', 'unseen_rendered']
+
+
+def test_stretched_contrast_puts_any_paper_at_0_and_the_ink_at_1():
+  """A grey paper under a light pen reads like white paper under black ink: the crop's ink
+  threshold then finds the grapheme, not the whole frame."""
+  frame = np.zeros((2, 40, 60), np.float32)
+  frame[:, 10:20, 20:40] = 1.0  # the stroke
+  white_black = 255 - 255 * frame
+  grey_light = 185 - 110 * frame  # grey paper (185), light ink (75)
+  images = np.stack([white_black[0], grey_light[0]]).astype(np.uint8)
+  x = (255.0 - images.astype(np.float32)) / 255.0
+  assert (x[1] > 0.25).all()  # unstretched, the grey paper itself passes the threshold
+  y = np.asarray(model.stretch_contrast(jnp.asarray(x)))
+  for image in y:
+    assert image[12:18, 22:38].min() == pytest.approx(1.0)
+    assert image[:8].max() == pytest.approx(0.0) and image[25:].max() == pytest.approx(0.0)
+  config = grapheme_config.get_config('test')
+  config.input.stretch_contrast = True
+  cropped = np.asarray(model.preprocess(jnp.asarray(images), config))[..., 0]
+  assert cropped[1].mean() < 0.9  # the crop found the stroke's box, not the whole frame
+  np.testing.assert_allclose(cropped[0], cropped[1], atol=1e-5)
