@@ -93,10 +93,9 @@ def require(workdir):
   if not epath.Path(workdir).exists():
     raise NoCheckpoint(f'--workdir {workdir}: no such folder; expected the workdir of a '
                        'training run (python -m launch.train ... --workdir DIR)')
-  folder = epath.Path(directory(workdir))
-  if not folder.exists() or not any(p.name.isdigit() for p in folder.iterdir()):
-    raise NoCheckpoint(f'no checkpoint in {folder}: train first (python -m launch.train ... '
-                       f'--workdir {workdir})')
+  if newest_step(workdir) is None:
+    raise NoCheckpoint(f'no checkpoint in {directory(workdir)}: train first (python -m '
+                       f'launch.train ... --workdir {workdir})')
 
 
 def newest_step(workdir):
