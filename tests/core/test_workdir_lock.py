@@ -145,7 +145,7 @@ def test_a_refused_multiprocess_job_ends_in_every_process(grapheme_data, tmp_pat
   log = result.stdout + result.stderr
   assert result.returncode == 1, log[-3000:]
   assert time.monotonic() - began < 120, log[-3000:]
-  assert f'[0] Not training: {workdir} is in use by another training run: pid {proc.pid}' in log
+  assert f'[0] Error: Not training: {workdir} is in use by another training run: pid {proc.pid}' in log, log[-3000:]
   assert 'process 0 of this job could not lock it' in log, log[-3000:]
   assert 'terminated by the launcher: []' in log  # both ended by themselves
   assert sorted(os.listdir(workdir)) == ['lock']
