@@ -16,9 +16,9 @@ DEMO_WORKDIR := workdirs/grapheme-demo
 FRAG_DATA := data/fragments-synth
 FRAG_WORKDIR := workdirs/fragments-demo
 
-.PHONY: setup setup-test system-packages test-packages demo demo-fragments test wheelhouse
+.PHONY: setup setup-test fonts system-packages test-packages demo demo-fragments test wheelhouse
 # What the demos need (a 1.5 GB venv); setup-test adds the tests' extras (README: Two commands).
-setup: $(VENV)/.installed system-packages
+setup: $(VENV)/.installed fonts
 setup-test: setup $(VENV)/.installed-test test-packages
 
 $(VENV)/.installed: requirements.txt
@@ -37,6 +37,16 @@ $(VENV)/.installed-test: $(VENV)/.installed requirements-torch.txt
 system-packages:
 	@dpkg -s $(DEBIAN_PACKAGES) >/dev/null 2>&1 || { $(SUDO) apt-get update -q && \
 	  $(SUDO) apt-get install -y -q --no-install-recommends $(DEBIAN_PACKAGES) fontconfig; }
+
+# The fonts the generators draw with: the Debian packages, and Google Fonts' Bengali families
+# from the npm registry at the versions fonts/package-lock.json pins (16 MB).
+fonts: system-packages fonts/node_modules/.installed
+
+fonts/node_modules/.installed: fonts/package.json fonts/package-lock.json
+	@command -v npm >/dev/null || { $(SUDO) apt-get update -q && \
+	  $(SUDO) apt-get install -y -q --no-install-recommends npm; }
+	npm ci --prefix fonts --no-audit --no-fund --ignore-scripts --loglevel=error
+	touch $@
 
 test-packages:
 	@dpkg -s $(TEST_PACKAGES) >/dev/null 2>&1 || { $(SUDO) apt-get update -q && \

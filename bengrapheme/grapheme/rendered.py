@@ -69,11 +69,11 @@ def source(config, cache_dir):
     prepare.write_index(folder, 'rendered', [f'Rendered_{i}' for i in range(len(rows))],
                         [row[3] for row in rows], [row[:3] for row in rows])
 
-  fonts = [os.path.join(synth.FONT_DIR, path) for path in synth.TRAIN_FONTS.values()]
+  fonts = list(synth.TRAIN_FONTS.values())
   for font in fonts:
     if not os.path.exists(font):
-      raise FileNotFoundError(f'config.render needs the font {font} (Debian packages fonts-beng '
-                              'fonts-beng-extra fonts-noto-core), or set config.render.fraction=0')
+      raise FileNotFoundError(f'config.render needs the font {font}; {synth.MISSING_FONT_HELP}; '
+                              'or set config.render.fraction=0')
   params = dict(version=PLAN_VERSION, layout=prepare.LAYOUT_VERSION, images=config.render.images,
                 unseen=config.unseen.to_dict())
   entry = cache.build_once(cache_dir, 'rendered', fonts, params, build, origin='rendered')

@@ -35,25 +35,61 @@ from bengrapheme import console, errors, files
 from bengrapheme.grapheme import classes
 from bengrapheme.grapheme import kaggle
 
-FONT_DIR = '/usr/share/fonts/truetype'
+FONT_DIR = '/usr/share/fonts/truetype'  # the Debian font packages
+# Google Fonts' Bengali families, from the npm registry (fonts/package.json; `make fonts`);
+# another folder holding the same files (@expo-google-fonts/...) may be named instead.
+GOOGLE_FONT_DIR = os.environ.get(
+    'BENGRAPHEME_GOOGLE_FONTS',
+    os.path.join(os.path.dirname(__file__), '..', '..', 'fonts', 'node_modules',
+                 '@expo-google-fonts'))
+
+
+def _debian(path):
+  return os.path.join(FONT_DIR, path)
+
+
+def _google(path):
+  return os.path.normpath(os.path.join(GOOGLE_FONT_DIR, path))
+
+
 # Fonts whose Bengali shaping was checked by eye (reph, phalas, conjuncts, vowel signs).
 # Left out: MitraMono, FreeSans(Oblique), FreeSerif(Italic) draw ra-/ya-phala with an
 # explicit virama (ত্‌র, ঘ্‌য) which no writer does; Ani mangles some conjuncts (জ্ঞ, ক্ষ্ণ).
+# The Google families widen the designs training sees (the validation family of synth_val.py
+# measured the gain, docs/graphemes.md): calligraphic (Galada), rounded hand-lettered (Atma),
+# geometric (Mina), and several weights of each, for the stroke widths of different pens.
 TRAIN_FONTS = {
-    'Likhan': 'fonts-beng-extra/LikhanNormal.ttf',
-    'Mukti': 'fonts-beng-extra/Mukti.ttf',
-    'Mukti Bold': 'fonts-beng-extra/Muktibold.ttf',
-    'Noto Sans Bengali': 'noto/NotoSansBengali-Regular.ttf',
-    'Noto Sans Bengali Bold': 'noto/NotoSansBengali-Bold.ttf',
-    'Noto Serif Bengali': 'noto/NotoSerifBengali-Regular.ttf',
-    'Noto Serif Bengali Bold': 'noto/NotoSerifBengali-Bold.ttf',
+    'Likhan': _debian('fonts-beng-extra/LikhanNormal.ttf'),
+    'Mukti': _debian('fonts-beng-extra/Mukti.ttf'),
+    'Mukti Bold': _debian('fonts-beng-extra/Muktibold.ttf'),
+    'Noto Sans Bengali': _debian('noto/NotoSansBengali-Regular.ttf'),
+    'Noto Sans Bengali Bold': _debian('noto/NotoSansBengali-Bold.ttf'),
+    'Noto Serif Bengali': _debian('noto/NotoSerifBengali-Regular.ttf'),
+    'Noto Serif Bengali Bold': _debian('noto/NotoSerifBengali-Bold.ttf'),
+    'Noto Sans Bengali Thin': _google('noto-sans-bengali/100Thin/NotoSansBengali_100Thin.ttf'),
+    'Noto Sans Bengali Black': _google('noto-sans-bengali/900Black/NotoSansBengali_900Black.ttf'),
+    'Noto Serif Bengali ExtraLight':
+        _google('noto-serif-bengali/200ExtraLight/NotoSerifBengali_200ExtraLight.ttf'),
+    'Noto Serif Bengali Black':
+        _google('noto-serif-bengali/900Black/NotoSerifBengali_900Black.ttf'),
+    'Galada': _google('galada/Galada_400Regular.ttf'),
+    'Atma Light': _google('atma/Atma_300Light.ttf'),
+    'Atma Bold': _google('atma/Atma_700Bold.ttf'),
+    'Hind Siliguri Light': _google('hind-siliguri/300Light/HindSiliguri_300Light.ttf'),
+    'Hind Siliguri Bold': _google('hind-siliguri/700Bold/HindSiliguri_700Bold.ttf'),
+    'Mina': _google('mina/400Regular/Mina_400Regular.ttf'),
+    'Mina Bold': _google('mina/700Bold/Mina_700Bold.ttf'),
+    'Baloo Da 2': _google('baloo-da-2/BalooDa2_400Regular.ttf'),
+    'Baloo Da 2 ExtraBold': _google('baloo-da-2/BalooDa2_800ExtraBold.ttf'),
 }
 # Test-only fonts: two designs unlike the train ones, standing in for unseen writers.
 HELD_OUT_FONTS = {
-    'Jamrul': 'fonts-beng-extra/JamrulNormal.ttf',
-    'Lohit Bengali': 'lohit-bengali/Lohit-Bengali.ttf',
+    'Jamrul': _debian('fonts-beng-extra/JamrulNormal.ttf'),
+    'Lohit Bengali': _debian('lohit-bengali/Lohit-Bengali.ttf'),
 }
 FONTS = {**TRAIN_FONTS, **HELD_OUT_FONTS}
+MISSING_FONT_HELP = ('`make fonts` installs them: the Debian packages fonts-beng fonts-beng-extra '
+                     'fonts-lohit-beng-bengali fonts-noto-core, and fonts/package.json from npm')
 HELD_OUT_FONT_FRACTION = 0.5  # of test images
 FONT_SIZE = 96  # px; drawn once, then scaled to the frame
 SPLIT_CODES = {'train': 0, 'test': 1}
@@ -75,10 +111,9 @@ SHAPING_FAULTS = {'Likhan': re.compile('্[বর]্য[ুূ]'), 'Jamrul': r
 
 @functools.cache
 def _font(name):
-  path = os.path.join(FONT_DIR, FONTS[name])
+  path = FONTS[name]
   if not os.path.exists(path):
-    raise FileNotFoundError(f'font {name!r}: {path} not found (Debian packages fonts-beng '
-                            'fonts-beng-extra fonts-lohit-beng-bengali fonts-noto-core)')
+    raise FileNotFoundError(f'font {name!r}: {path} not found; {MISSING_FONT_HELP}')
   return ImageFont.truetype(path, FONT_SIZE, layout_engine=ImageFont.Layout.RAQM)
 
 
@@ -94,7 +129,7 @@ def _missing_chars(name):
   Pillow draws a missing glyph as the font's .notdef box; U+FFFF is a noncharacter no font
   maps, so a character drawn exactly like it is missing.
   """
-  path = os.path.join(FONT_DIR, FONTS[name])
+  path = FONTS[name]
   _font(name)  # fails clearly if the file is not there
   font = ImageFont.truetype(path, 48, layout_engine=ImageFont.Layout.BASIC)
   notdef = _glyph_mask(font, '\uffff')

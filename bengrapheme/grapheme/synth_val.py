@@ -41,7 +41,7 @@ SPLIT_CODE = 7  # seeds differ from synth.py's train (0) and test (1) streams
 
 @functools.cache
 def _font(name, size):
-  return ImageFont.truetype(os.path.join(synth.FONT_DIR, FONTS[name]), size,
+  return ImageFont.truetype(FONTS[name], size,
                             layout_engine=ImageFont.Layout.RAQM)
 
 
