@@ -27,11 +27,12 @@ $(VENV)/.installed: requirements.txt
 	$(PY) -m pip install -q -r requirements.txt
 	touch $@
 
-# requirements-torch.txt: the PyTorch references the backbone tests and a benchmark compare
-# against (a CUDA build of torch: ~2.7 GB of wheels, ~5.3 GB installed, ~2-3 min;
-# requirements-torch.txt says why). Neither demo imports it.
-$(VENV)/.installed-test: $(VENV)/.installed requirements-torch.txt
-	$(PY) -m pip install -q -r requirements-torch.txt
+# bench/requirements-bench.txt: requirements-torch.txt, the PyTorch references the backbone
+# tests and a benchmark compare against (a CUDA build of torch: ~2.7 GB of wheels, ~5.3 GB
+# installed, ~2-3 min; requirements-torch.txt says why), and Albumentations for the third
+# grapheme family. Neither demo imports them.
+$(VENV)/.installed-test: $(VENV)/.installed requirements-torch.txt bench/requirements-bench.txt
+	$(PY) -m pip install -q -r bench/requirements-bench.txt
 	touch $@
 
 system-packages:

@@ -44,11 +44,11 @@ GOOGLE_FONT_DIR = os.environ.get(
                  '@expo-google-fonts'))
 
 
-def _debian(path):
+def debian_font(path):
   return os.path.join(FONT_DIR, path)
 
 
-def _google(path):
+def google_font(path):
   return os.path.normpath(os.path.join(GOOGLE_FONT_DIR, path))
 
 
@@ -59,33 +59,33 @@ def _google(path):
 # measured the gain, docs/graphemes.md): calligraphic (Galada), rounded hand-lettered (Atma),
 # geometric (Mina), and several weights of each, for the stroke widths of different pens.
 TRAIN_FONTS = {
-    'Likhan': _debian('fonts-beng-extra/LikhanNormal.ttf'),
-    'Mukti': _debian('fonts-beng-extra/Mukti.ttf'),
-    'Mukti Bold': _debian('fonts-beng-extra/Muktibold.ttf'),
-    'Noto Sans Bengali': _debian('noto/NotoSansBengali-Regular.ttf'),
-    'Noto Sans Bengali Bold': _debian('noto/NotoSansBengali-Bold.ttf'),
-    'Noto Serif Bengali': _debian('noto/NotoSerifBengali-Regular.ttf'),
-    'Noto Serif Bengali Bold': _debian('noto/NotoSerifBengali-Bold.ttf'),
-    'Noto Sans Bengali Thin': _google('noto-sans-bengali/100Thin/NotoSansBengali_100Thin.ttf'),
-    'Noto Sans Bengali Black': _google('noto-sans-bengali/900Black/NotoSansBengali_900Black.ttf'),
+    'Likhan': debian_font('fonts-beng-extra/LikhanNormal.ttf'),
+    'Mukti': debian_font('fonts-beng-extra/Mukti.ttf'),
+    'Mukti Bold': debian_font('fonts-beng-extra/Muktibold.ttf'),
+    'Noto Sans Bengali': debian_font('noto/NotoSansBengali-Regular.ttf'),
+    'Noto Sans Bengali Bold': debian_font('noto/NotoSansBengali-Bold.ttf'),
+    'Noto Serif Bengali': debian_font('noto/NotoSerifBengali-Regular.ttf'),
+    'Noto Serif Bengali Bold': debian_font('noto/NotoSerifBengali-Bold.ttf'),
+    'Noto Sans Bengali Thin': google_font('noto-sans-bengali/100Thin/NotoSansBengali_100Thin.ttf'),
+    'Noto Sans Bengali Black': google_font('noto-sans-bengali/900Black/NotoSansBengali_900Black.ttf'),
     'Noto Serif Bengali ExtraLight':
-        _google('noto-serif-bengali/200ExtraLight/NotoSerifBengali_200ExtraLight.ttf'),
+        google_font('noto-serif-bengali/200ExtraLight/NotoSerifBengali_200ExtraLight.ttf'),
     'Noto Serif Bengali Black':
-        _google('noto-serif-bengali/900Black/NotoSerifBengali_900Black.ttf'),
-    'Galada': _google('galada/Galada_400Regular.ttf'),
-    'Atma Light': _google('atma/Atma_300Light.ttf'),
-    'Atma Bold': _google('atma/Atma_700Bold.ttf'),
-    'Hind Siliguri Light': _google('hind-siliguri/300Light/HindSiliguri_300Light.ttf'),
-    'Hind Siliguri Bold': _google('hind-siliguri/700Bold/HindSiliguri_700Bold.ttf'),
-    'Mina': _google('mina/400Regular/Mina_400Regular.ttf'),
-    'Mina Bold': _google('mina/700Bold/Mina_700Bold.ttf'),
-    'Baloo Da 2': _google('baloo-da-2/BalooDa2_400Regular.ttf'),
-    'Baloo Da 2 ExtraBold': _google('baloo-da-2/BalooDa2_800ExtraBold.ttf'),
+        google_font('noto-serif-bengali/900Black/NotoSerifBengali_900Black.ttf'),
+    'Galada': google_font('galada/Galada_400Regular.ttf'),
+    'Atma Light': google_font('atma/Atma_300Light.ttf'),
+    'Atma Bold': google_font('atma/Atma_700Bold.ttf'),
+    'Hind Siliguri Light': google_font('hind-siliguri/300Light/HindSiliguri_300Light.ttf'),
+    'Hind Siliguri Bold': google_font('hind-siliguri/700Bold/HindSiliguri_700Bold.ttf'),
+    'Mina': google_font('mina/400Regular/Mina_400Regular.ttf'),
+    'Mina Bold': google_font('mina/700Bold/Mina_700Bold.ttf'),
+    'Baloo Da 2': google_font('baloo-da-2/BalooDa2_400Regular.ttf'),
+    'Baloo Da 2 ExtraBold': google_font('baloo-da-2/BalooDa2_800ExtraBold.ttf'),
 }
 # Test-only fonts: two designs unlike the train ones, standing in for unseen writers.
 HELD_OUT_FONTS = {
-    'Jamrul': _debian('fonts-beng-extra/JamrulNormal.ttf'),
-    'Lohit Bengali': _debian('lohit-bengali/Lohit-Bengali.ttf'),
+    'Jamrul': debian_font('fonts-beng-extra/JamrulNormal.ttf'),
+    'Lohit Bengali': debian_font('lohit-bengali/Lohit-Bengali.ttf'),
 }
 FONTS = {**TRAIN_FONTS, **HELD_OUT_FONTS}
 MISSING_FONT_HELP = ('`make fonts` installs them: the Debian packages fonts-beng fonts-beng-extra '
@@ -123,14 +123,14 @@ def _glyph_mask(font, char):
 
 
 @functools.cache
-def _missing_chars(name):
-  """The characters we draw (class map strings, render spellings) that the font lacks.
+def _missing_chars(path):
+  """The characters we draw (class map strings, render spellings) that the font file lacks.
 
   Pillow draws a missing glyph as the font's .notdef box; U+FFFF is a noncharacter no font
   maps, so a character drawn exactly like it is missing.
   """
-  path = FONTS[name]
-  _font(name)  # fails clearly if the file is not there
+  if not os.path.exists(path):
+    raise FileNotFoundError(f'font {path} not found; {MISSING_FONT_HELP}')
   font = ImageFont.truetype(path, 48, layout_engine=ImageFont.Layout.BASIC)
   notdef = _glyph_mask(font, '\uffff')
   strings = classes.ROOTS + classes.VOWELS + [''.join(c) for c in classes.CONSONANTS]
@@ -139,14 +139,16 @@ def _missing_chars(name):
   return frozenset(c for c in chars if _glyph_mask(font, c) == notdef)
 
 
-def _draws(font_name, text):
-  """Whether the font has every glyph of the text and shapes it without a known fault."""
+def _draws(font_name, text, pool=FONTS):
+  """Whether the font (pool[font_name], a file) has every glyph of the text and shapes it
+  without a known fault."""
   fault = SHAPING_FAULTS.get(font_name)
-  return not _missing_chars(font_name) & set(text) and not (fault and fault.search(text))
+  return not _missing_chars(pool[font_name]) & set(text) and not (fault and fault.search(text))
 
 
 def pick_font(rng, pool, text):
-  fonts = [f for f in pool if _draws(f, text)]
+  """A font of pool ({name: file}) that draws the text."""
+  fonts = [f for f in pool if _draws(f, text, pool)]
   if not fonts:
     raise ValueError(f'no font in {sorted(pool)} draws {text!r} (missing glyphs or a known '
                      'shaping fault)')

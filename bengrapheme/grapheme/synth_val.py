@@ -164,30 +164,32 @@ def _render_job(job):
   return render(*job)
 
 
-def plan(num, seed, unseen_fraction):
+def plan(num, seed, unseen_fraction, fonts=FONTS, code=SPLIT_CODE):
   """Rows (image_id, root, vowel, consonant, grapheme, text, font, seen) of the images."""
-  rng = np.random.default_rng([seed, SPLIT_CODE])
+  rng = np.random.default_rng([seed, code])
   seen = rng.permutation(np.arange(num) >= round(num * unseen_fraction))
-  return synth.plan_rows(rng, 'Test', seen, [FONTS] * num)
+  return synth.plan_rows(rng, 'Test', seen, [fonts] * num)
 
 
-def write_dataset(out_dir, num, seed=0, workers=None, unseen_fraction=0.5):
+def write_dataset(out_dir, num, seed=0, workers=None, unseen_fraction=0.5, fonts=FONTS,
+                  job=None, code=SPLIT_CODE, family='validation-family'):
   """Writes the family's `num` images as the Kaggle test split of out_dir, whole or not at
-  all."""
+  all. fonts, job ((text, font, seed) -> image), code and family: another family's (as
+  bench/grapheme_other_family.py draws)."""
   if not isinstance(num, (int, np.integer)) or num < 1:
     raise ValueError(f'num must be a positive integer, got {num!r}')
   if not 0 <= unseen_fraction <= 1:
     raise ValueError(f'unseen_fraction must be in [0, 1], got {unseen_fraction}')
   if os.path.isdir(out_dir) and os.listdir(out_dir):
     raise errors.NotEmpty(f'{out_dir} is not empty; choose a new --out (nothing was written)')
-  rows = plan(num, seed, unseen_fraction)
+  rows = plan(num, seed, unseen_fraction, fonts, code)
   workers = workers or len(os.sched_getaffinity(0))
   with errors.on_ctrl_c(f'Interrupted (Ctrl-C) while writing {out_dir}: nothing was left '
                         'there; rerun to write it.'), \
       files.atomic_dir(out_dir, durable=False) as tmp, \
-      console.Progress(num, 'drawing validation-family graphemes', unit='image') as progress, \
+      console.Progress(num, f'drawing {family} graphemes', unit='image') as progress, \
       synth.parallel_map(workers) as imap:
-    synth.write_images(str(tmp), 'test', rows, seed, SPLIT_CODE, imap, progress, _render_job)
+    synth.write_images(str(tmp), 'test', rows, seed, code, imap, progress, job or _render_job)
     synth.write_test_tables(tmp, rows)
 
 

@@ -142,7 +142,8 @@ def test_train_cycles_through_all_graphemes():
 def test_fonts_are_picked_only_for_text_they_draw_right():
   # Likhan and Jamrul have no khanda ta, Lohit no no-break space, and Likhan misshapes দ্ব্যু:
   # the checks must see that.
-  assert 'ৎ' in synth._missing_chars('Likhan') and not synth._missing_chars('Noto Sans Bengali')
+  assert 'ৎ' in synth._missing_chars(synth.FONTS['Likhan'])
+  assert not synth._missing_chars(synth.FONTS['Noto Sans Bengali'])
   assert not synth._draws('Lohit Bengali', synth.RENDER_SPELLING['ং'])
   assert not synth._draws('Likhan', 'দ্ব্যু') and synth._draws('Likhan', 'দ্ব্যা')
   for row in synth._plan('test', 300, 0, 0.3) + synth._plan('train', 1295, 0, 0.3):
@@ -222,20 +223,29 @@ def test_never_leaves_a_partial_dataset(tmp_path, monkeypatch):
   assert os.listdir(tmp_path) == ['full']  # neither `out` nor its temporary folder
 
 
-def test_validation_family_is_a_kaggle_test_split_drawn_apart_from_training(tmp_path):
-  """synth_val writes a test split the Kaggle reader accepts: half unseen graphemes, only
-  fonts training never uses, each image a function of (seed, index) alone."""
+@pytest.mark.parametrize('family', ['validation', 'other'])
+def test_families_are_kaggle_test_splits_drawn_apart_from_training(family, tmp_path):
+  """synth_val (chooses settings) and bench/grapheme_other_family (reports) write a test split
+  the Kaggle reader accepts: half unseen graphemes, only fonts training never uses (and the
+  other family none the validation family uses), each image a function of (seed, index)."""
   from bengrapheme.grapheme import synth_val
-  out = tmp_path / 'val2'
-  synth_val.write_dataset(str(out), 12, seed=SEED, workers=1)
+  if family == 'validation':
+    module, fonts = synth_val, synth.HELD_OUT_FONTS
+  else:
+    from bench import grapheme_other_family as module
+    fonts = module.OTHER_FONTS
+    assert not {os.path.realpath(p) for p in fonts.values()} & {
+        os.path.realpath(p) for p in synth.FONTS.values()}
+  out = tmp_path / family
+  module.write_dataset(str(out), 12, seed=SEED, workers=1)
   split = kaggle.validate(str(out), 'test')
   answers = pd.read_csv(out / 'test_labels.csv')
   assert list(split.image_ids) == list(answers.image_id)
   assert answers.seen.sum() == 6
-  assert set(answers.font) <= set(synth.HELD_OUT_FONTS)
+  assert set(answers.font) <= set(fonts)
   assert not set(answers.font) & set(synth.TRAIN_FONTS)
-  rows = synth_val.plan(12, SEED, 0.5)
-  image = synth_val.render(rows[3][5], rows[3][6], [SEED, synth_val.SPLIT_CODE, 3])
+  rows = synth_val.plan(12, SEED, 0.5, fonts, module.SPLIT_CODE)
+  image = module.render(rows[3][5], rows[3][6], [SEED, module.SPLIT_CODE, 3])
   stored = pq.read_table(out / kaggle.image_parquet_name('test', 1)).to_pandas()
   assert (stored.iloc[0, 1:].to_numpy(np.uint8).reshape(kaggle.HEIGHT, kaggle.WIDTH)
           == image).all()
