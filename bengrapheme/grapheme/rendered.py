@@ -22,7 +22,7 @@ from bengrapheme import cache, console, files
 from bengrapheme.grapheme import classes, kaggle, prepare, synth, unseen
 
 RENDER_CODE = 2  # the generator seed's split code: synth uses 0 (train) and 1 (test)
-PLAN_VERSION = 1
+PLAN_VERSION = 2  # 2: synth.render draws monoline pens, stronger warps and pen breaks
 
 
 def plan(config):
