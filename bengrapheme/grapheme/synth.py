@@ -414,9 +414,10 @@ def parallel_map(workers):
     yield functools.partial(pool.imap, chunksize=16)
 
 
-def arguments(doc, counts, unseen_fraction):
+def arguments(doc, counts, unseen_fraction, more=None):
   """The generators' command line: --out, an image count per {flag: help}, --seed,
-  --workers and --unseen-fraction (default `unseen_fraction`)."""
+  --workers, --unseen-fraction (default `unseen_fraction`) and {flag: add_argument's keywords}
+  of `more`."""
   parser = argparse.ArgumentParser(description=doc.split('\n\n')[0])
   parser.add_argument('--out', required=True, help='output folder')
   for flag, text in counts.items():
@@ -425,6 +426,8 @@ def arguments(doc, counts, unseen_fraction):
   parser.add_argument('--workers', type=int, default=None, help='default: all usable cores')
   parser.add_argument('--unseen-fraction', type=float, default=unseen_fraction,
                       help='fraction of test images showing graphemes not in the real table')
+  for flag, keywords in (more or {}).items():
+    parser.add_argument(flag, **keywords)
   return parser.parse_args()
 
 

@@ -39,9 +39,15 @@ FONTS = synth.HELD_OUT_FONTS
 SPLIT_CODE = 7  # seeds differ from synth.py's train (0) and test (1) streams
 
 
+# A diagnosis, not a validation set: the family's distortions on training's Debian designs
+# (--fonts training), one stage at a time (--stages), says which of them a model lacks.
+DIAGNOSIS_FONTS = {name: synth.TRAIN_FONTS[name] for name in ('Likhan', 'Mukti', 'Mukti Bold')}
+STAGES = ('warp', 'pen', 'pressure', 'blur', 'paper')
+
+
 @functools.cache
 def _font(name, size):
-  return ImageFont.truetype(FONTS[name], size,
+  return ImageFont.truetype({**FONTS, **DIAGNOSIS_FONTS}[name], size,
                             layout_engine=ImageFont.Layout.RAQM)
 
 
@@ -148,20 +154,27 @@ def _paper_and_sensor(ink, rng):
   return cv2.imdecode(encoded, cv2.IMREAD_GRAYSCALE)
 
 
-def render(text, font_name, seed):
-  """One 137x236 uint8 image (0 = ink, 255 = paper) of `text` in this family's look."""
+def render(text, font_name, seed, stages=STAGES):
+  """One 137x236 uint8 image (0 = ink, 255 = paper) of `text` in this family's look; without
+  some of its `stages` for a diagnosis (without 'paper': dark ink on plain paper)."""
   rng = np.random.default_rng(seed)
   ink = _glyph(text, font_name, int(rng.integers(64, 112)))
-  ink = _thin_plate_warp(ink, rng)
-  ink = _crop(_pen(ink, rng))
-  ink = _frame(ink, rng)
-  ink = _pressure(ink, rng)
-  ink = _blur(ink, rng)
-  return _paper_and_sensor(ink, rng)
+  if 'warp' in stages:
+    ink = _thin_plate_warp(ink, rng)
+  if 'pen' in stages:
+    ink = _pen(ink, rng)
+  ink = _frame(_crop(ink), rng)
+  if 'pressure' in stages:
+    ink = _pressure(ink, rng)
+  if 'blur' in stages:
+    ink = _blur(ink, rng)
+  if 'paper' in stages:
+    return _paper_and_sensor(ink, rng)
+  return np.clip(np.rint(245 - 225 * np.clip(ink, 0, 1)), 0, 255).astype(np.uint8)
 
 
-def _render_job(job):
-  return render(*job)
+def _render_job(job, stages=STAGES):
+  return render(*job, stages=stages)
 
 
 def plan(num, seed, unseen_fraction, fonts=FONTS, code=SPLIT_CODE):
@@ -194,8 +207,19 @@ def write_dataset(out_dir, num, seed=0, workers=None, unseen_fraction=0.5, fonts
 
 
 def main():
-  args = synth.arguments(__doc__, {'--num': 'number of images'}, 0.5)
-  write_dataset(args.out, args.num, args.seed, args.workers, args.unseen_fraction)
+  args = synth.arguments(__doc__, {'--num': 'number of images'}, 0.5, more={
+      '--fonts': dict(choices=('family', 'training'), default='family',
+                      help="'training': training's Debian designs, for a diagnosis only"),
+      '--stages': dict(default=','.join(STAGES),
+                       help=f'comma-separated, of {",".join(STAGES)} (fewer: a diagnosis)')})
+  stages = tuple(s for s in args.stages.split(',') if s)
+  unknown = sorted(set(stages) - set(STAGES))
+  if unknown:
+    raise errors.UserError(f'--stages: unknown {",".join(unknown)}; expected some of '
+                           f'{",".join(STAGES)}')
+  write_dataset(args.out, args.num, args.seed, args.workers, args.unseen_fraction,
+                fonts=DIAGNOSIS_FONTS if args.fonts == 'training' else FONTS,
+                job=functools.partial(_render_job, stages=stages))
 
 
 if __name__ == '__main__':

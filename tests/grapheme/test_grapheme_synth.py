@@ -250,3 +250,18 @@ def test_families_are_kaggle_test_splits_drawn_apart_from_training(family, tmp_p
   assert (stored.iloc[0, 1:].to_numpy(np.uint8).reshape(kaggle.HEIGHT, kaggle.WIDTH)
           == image).all()
   assert image.dtype == np.uint8 and image.min() < 128 < image.max()  # ink on paper
+
+
+def test_validation_family_stages_can_be_left_out_for_a_diagnosis():
+  """Without its stages the family draws the bare glyph on plain paper; each stage changes
+  the image; the diagnosis fonts are training's own."""
+  from bengrapheme.grapheme import synth_val
+  text, font = synth_val.plan(4, SEED, 0.5)[1][5:7]
+  seed = [SEED, synth_val.SPLIT_CODE, 1]
+  bare = synth_val.render(text, font, seed, stages=())
+  assert bare.max() == 245 and bare.min() < 128  # plain paper, dark ink, no noise
+  for stage in synth_val.STAGES:
+    assert not np.array_equal(synth_val.render(text, font, seed, stages=(stage,)), bare), stage
+  assert (synth_val.render(text, font, seed) ==
+          synth_val.render(text, font, seed, stages=synth_val.STAGES)).all()
+  assert set(synth_val.DIAGNOSIS_FONTS.items()) <= set(synth.TRAIN_FONTS.items())
