@@ -37,16 +37,57 @@ BY_CATEGORY = (('all', 'all/score'), ('seen', 'seen/score'),
                ('unseen, rendered', 'unseen_rendered/score'),
                ('unseen, never rendered', 'unseen_never_rendered/score'),
                ('root recall, all', 'all/grapheme_root'))
+# Issue 27's table: a row is a recipe, its records NAME + suffix, one per data set it was
+# scored on; the validation family chooses, the others report.
+ACROSS_FAMILIES = (
+    ('validation family (chooses)', '-val-family', 'test/combined/all/score'),
+    ('its seen', '-val-family', 'test/combined/seen/score'),
+    ('its unseen', '-val-family', 'test/combined/unseen/score'),
+    ('its root recall', '-val-family', 'test/combined/all/grapheme_root'),
+    ("own test, as drawn before the Google fonts", '-own-test-v1', 'test/combined/all/score'),
+    ('its unseen', '-own-test-v1', 'test/combined/unseen/score'),
+    ('third family (reports)', '-other-family', 'test/combined/all/score'),
+    ('its unseen', '-other-family', 'test/combined/unseen/score'))
 FRAGMENT_COLUMNS = (('writer mAP', 'writer/map'), ('writer Top-1', 'writer/top1'),
                     ('writer Pr@10', 'writer/pr10'), ('page mAP', 'page/map'),
                     ('page Top-1', 'page/top1'))
-# table -> (columns (header, key), rows (label, record, key prefix of the row's scores)).
+# table -> (columns (header, key) or (header, record suffix, key), rows (label, record, key
+# prefix of the row's scores)).
 TABLES = {
+    'grapheme-across-families': (ACROSS_FAMILIES, (
+        ('before: 7 Debian fonts, `input.stretch_contrast`', 'grapheme-before-fonts', ''),
+        ('+ Google Fonts\' Bengali families', 'grapheme-fonts', ''),
+        ('+ Google fonts, `render.fraction=0.5`', 'grapheme-fonts-render0.5', ''),
+        ('+ Google fonts, `aug.affine`', 'grapheme-fonts-affine', ''),
+        ('+ Google fonts, monoline pen, stronger warps, pen breaks: `make demo`', 'grapheme-hand',
+         ''),
+        ('+ those, GridMask 0.3', 'grapheme-hand-gridmask', ''),
+        ('+ those, CutMix 0.5', 'grapheme-hand-cutmix', ''))),
+    'grapheme-recipes-own-data': (GRAPHEME_COLUMNS, (
+        ('Google fonts', 'grapheme-fonts', ''),
+        ('Google fonts, `render.fraction=0.5`', 'grapheme-fonts-render0.5', ''),
+        ('Google fonts, `aug.affine`', 'grapheme-fonts-affine', ''),
+        ('Google fonts, monoline pen, stronger warps, pen breaks: `make demo`', 'grapheme-hand',
+         ''),
+        ('those, GridMask 0.3', 'grapheme-hand-gridmask', ''),
+        ('those, CutMix 0.5', 'grapheme-hand-cutmix', ''))),
+    'grapheme-family-diagnosis': (BY_CATEGORY, tuple(
+        (label, f'grapheme-fonts-diag-{name}', 'test/combined/') for label, name in (
+            ("the family's fonts, none of its distortions", 'family-fonts-bare'),
+            ("training's Debian designs, none of the distortions", 'training-fonts-bare'),
+            ('training\'s designs + thin-plate warp', 'training-fonts-warp'),
+            ('training\'s designs + pen by morphology', 'training-fonts-pen'),
+            ('training\'s designs + pressure and dry-pen gaps', 'training-fonts-pressure'),
+            ('training\'s designs + blur', 'training-fonts-blur'),
+            ('training\'s designs + paper, noise, JPEG', 'training-fonts-paper'),
+            ("training's designs + all the family's distortions", 'training-fonts-all')))),
     'grapheme-demo': (GRAPHEME_COLUMNS, (
         ('`render.fraction=0.5`', 'grapheme-demo-render0.5', ''),
         ('`render.fraction=0.25`, no routing: val\'s choice', 'grapheme-demo', ''),
-        ('+ `input.stretch_contrast`: the validation family\'s choice, `make demo`',
-         'grapheme-demo-stretch', ''))),
+        ('+ `input.stretch_contrast`: the validation family\'s choice',
+         'grapheme-demo-stretch', ''),
+        ('+ Google fonts, monoline pen, warps, pen breaks: the family\'s choices, `make demo`',
+         'grapheme-hand', ''))),
     'grapheme-val-family': (BY_CATEGORY, (
         ('no stretch: validation family (`synth_val`)', 'grapheme-demo-val-family',
          'test/combined/'),
@@ -82,6 +123,13 @@ TABLES = {
 }
 
 
+def record_names(name):
+  """The records table `name` reads, in order."""
+  columns, rows = TABLES[name]
+  suffixes = list(dict.fromkeys(c[1] if len(c) == 3 else '' for c in columns))
+  return [record + suffix for _, record, _ in rows for suffix in suffixes]
+
+
 def path_of(name):
   return os.path.join(RECORDS, f'{name}.json')
 
@@ -109,17 +157,22 @@ def table(name, page=None):
   the records are relative to `page` (default README.md)."""
   columns, rows = TABLES[name]
   here = os.path.dirname(page or README)
-  lines = ['| run | ' + ' | '.join(h for h, _ in columns) + ' | record |',
+  lines = ['| run | ' + ' | '.join(column[0] for column in columns) + ' | record |',
            '|---' * (len(columns) + 2) + '|']
-  for label, record_name, prefix in rows:
-    scores = load(record_name)['scores']
-    cells = []
-    for _, key in columns:
-      if prefix + key not in scores:
-        raise KeyError(f'bench/records/{record_name}.json has no score {prefix + key}')
-      cells.append(f'{scores[prefix + key]:.3f}')
-    link = os.path.relpath(path_of(record_name), here).replace(os.sep, '/')
-    lines.append(f'| {label} | ' + ' | '.join(cells) + f' | [{record_name}]({link}) |')
+  for label, row_record, prefix in rows:
+    cells, shown = [], []
+    for column in columns:
+      record_name = row_record + (column[1] if len(column) == 3 else '')
+      key = prefix + column[-1]
+      scores = load(record_name)['scores']
+      if key not in scores:
+        raise KeyError(f'bench/records/{record_name}.json has no score {key}')
+      cells.append(f'{scores[key]:.3f}')
+      if record_name not in shown:
+        shown.append(record_name)
+    links = ', '.join(f'[{name}]({os.path.relpath(path_of(name), here)})'.replace(os.sep, '/')
+                      for name in shown)
+    lines.append(f'| {label} | ' + ' | '.join(cells) + f' | {links} |')
   return '\n'.join(lines)
 
 

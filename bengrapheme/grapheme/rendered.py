@@ -10,8 +10,8 @@ then a consonant diacritic likewise. Each is drawn by the synthetic generator's 
 into a bengrapheme/cache.py entry in the prepared layout (prepare.py), so grain reads it as it
 reads real images. The trainer mixes it in at config.render.fraction of every batch (data.py).
 
-Drawing costs ~7.5 ms per image per core (16,000 images: ~60 s on 2 cores), once per
-(settings, fonts); the cache key holds the settings and the font files.
+Drawing is done once per (settings, fonts), in parallel over the cores; the cache key holds
+the settings and the font files.
 """
 import collections
 import os

@@ -71,7 +71,7 @@ def test_write_pages_redraws_every_copy_and_nothing_else(tmp_path):
 
 
 def test_every_record_says_how_it_was_made():
-  names = {record for _, rows in records.TABLES.values() for _, record, _ in rows}
+  names = {record for table in records.TABLES for record in records.record_names(table)}
   assert names == {f[:-5] for f in os.listdir(records.RECORDS) if f.endswith('.json')}
   for name in names:
     record = records.load(name)
