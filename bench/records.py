@@ -61,6 +61,7 @@ TABLES = {
         ('+ Google fonts, `aug.affine`', 'grapheme-fonts-affine', ''),
         ('+ Google fonts, monoline pen, stronger warps, pen breaks: `make demo`', 'grapheme-hand',
          ''),
+        ('+ those, `aug.affine`', 'grapheme-hand-affine', ''),
         ('+ those, GridMask 0.3', 'grapheme-hand-gridmask', ''),
         ('+ those, CutMix 0.5', 'grapheme-hand-cutmix', ''))),
     'grapheme-recipes-own-data': (GRAPHEME_COLUMNS, (
@@ -69,6 +70,7 @@ TABLES = {
         ('Google fonts, `aug.affine`', 'grapheme-fonts-affine', ''),
         ('Google fonts, monoline pen, stronger warps, pen breaks: `make demo`', 'grapheme-hand',
          ''),
+        ('those, `aug.affine`', 'grapheme-hand-affine', ''),
         ('those, GridMask 0.3', 'grapheme-hand-gridmask', ''),
         ('those, CutMix 0.5', 'grapheme-hand-cutmix', ''))),
     'grapheme-family-diagnosis': (BY_CATEGORY, tuple(
