@@ -24,7 +24,7 @@ import os
 
 os.environ.setdefault('NO_ALBUMENTATIONS_UPDATE', '1')  # no network check on import
 import albumentations as A  # pylint: disable=wrong-import-position
-import cv2  # pylint: disable=wrong-import-order
+import cv2
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 

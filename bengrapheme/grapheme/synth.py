@@ -11,8 +11,9 @@ both, relabelled 7).
 
 Each image is a grapheme drawn in a Bengali font, then warped to look handwritten: random
 size, position, rotation, shear and aspect, elastic wobble, stroke width or a monoline pen
-along the strokes' centre lines, pen breaks, uneven ink, blur, paper shading and noise. Train cycles through the 1,295 real graphemes in shuffled rounds, so
-each appears once per 1,295 images. Test mixes real graphemes with unseen ones
+along the strokes' centre lines, pen breaks, uneven ink, blur, paper shading and noise. Train
+cycles through the 1,295 real graphemes in shuffled rounds, so each appears once per 1,295
+images. Test mixes real graphemes with unseen ones
 (`classes.unseen_triples`, fraction `unseen_fraction`) and draws half of its images in fonts
 that train never uses (HELD_OUT_FONTS), as the real private test had new graphemes and writers.
 
@@ -68,7 +69,8 @@ TRAIN_FONTS = {
     'Noto Serif Bengali': debian_font('noto/NotoSerifBengali-Regular.ttf'),
     'Noto Serif Bengali Bold': debian_font('noto/NotoSerifBengali-Bold.ttf'),
     'Noto Sans Bengali Thin': google_font('noto-sans-bengali/100Thin/NotoSansBengali_100Thin.ttf'),
-    'Noto Sans Bengali Black': google_font('noto-sans-bengali/900Black/NotoSansBengali_900Black.ttf'),
+    'Noto Sans Bengali Black':
+        google_font('noto-sans-bengali/900Black/NotoSansBengali_900Black.ttf'),
     'Noto Serif Bengali ExtraLight':
         google_font('noto-serif-bengali/200ExtraLight/NotoSerifBengali_200ExtraLight.ttf'),
     'Noto Serif Bengali Black':
