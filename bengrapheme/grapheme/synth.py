@@ -351,7 +351,7 @@ def write_images(out_dir, split, plan, seed, code, imap, progress, job=render_jo
     kaggle.write_image_parquet(path, [plan[i][0] for i in indices], images)
 
 
-def _write_tables(out_dir, train, test):
+def write_tables(out_dir, train, test):
   _write_csv(os.path.join(out_dir, 'train.csv'),
              ['image_id', *kaggle.COMPONENTS, 'grapheme'], [row[:5] for row in train])
   # The March 2020 update: the train rows of reph + ra-phala graphemes, consonant class 7.
@@ -398,7 +398,7 @@ def write_dataset(out_dir, num_train, num_test, seed=0, workers=None, unseen_fra
     out_dir = str(tmp)
     train = _plan('train', num_train, seed, unseen_fraction)
     test = _plan('test', num_test, seed, unseen_fraction)
-    _write_tables(out_dir, train, test)
+    write_tables(out_dir, train, test)
     with console.Progress(num_train + num_test, 'drawing graphemes', unit='image') as progress, \
         parallel_map(workers) as imap:
       write_images(out_dir, 'train', train, seed, SPLIT_CODES['train'], imap, progress)

@@ -21,6 +21,10 @@ which fonts shape which graphemes, the render spellings) and none of its drawing
 Half of the images (unseen_fraction) show graphemes outside the 1,295 of the real table.
 Every image comes from its own generator seeded by (seed, index): the output does not depend
 on the worker count.
+
+--train N also writes a train split of N seen graphemes in this family's look, drawn with
+training's fonts: for an upper bound only (how far a model trained on the family's own
+distortions gets on it at the same schedule, docs/graphemes.md); it chooses nothing.
 """
 import functools
 import os
@@ -37,6 +41,7 @@ from bengrapheme.grapheme import kaggle, synth
 
 FONTS = synth.HELD_OUT_FONTS
 SPLIT_CODE = 7  # seeds differ from synth.py's train (0) and test (1) streams
+TRAIN_CODE = 8  # the --train split's stream (an upper bound, never a validation set)
 
 
 # A diagnosis, not a validation set: the family's distortions on training's Debian designs
@@ -47,7 +52,7 @@ STAGES = ('warp', 'pen', 'pressure', 'blur', 'paper')
 
 @functools.cache
 def _font(name, size):
-  return ImageFont.truetype({**FONTS, **DIAGNOSIS_FONTS}[name], size,
+  return ImageFont.truetype({**FONTS, **synth.TRAIN_FONTS}[name], size,
                             layout_engine=ImageFont.Layout.RAQM)
 
 
@@ -177,37 +182,49 @@ def _render_job(job, stages=STAGES):
   return render(*job, stages=stages)
 
 
-def plan(num, seed, unseen_fraction, fonts=FONTS, code=SPLIT_CODE):
+def plan(num, seed, unseen_fraction, fonts=FONTS, code=SPLIT_CODE, prefix='Test'):
   """Rows (image_id, root, vowel, consonant, grapheme, text, font, seen) of the images."""
   rng = np.random.default_rng([seed, code])
   seen = rng.permutation(np.arange(num) >= round(num * unseen_fraction))
-  return synth.plan_rows(rng, 'Test', seen, [fonts] * num)
+  return synth.plan_rows(rng, prefix, seen, [fonts] * num)
 
 
 def write_dataset(out_dir, num, seed=0, workers=None, unseen_fraction=0.5, fonts=FONTS,
-                  job=None, code=SPLIT_CODE, family='validation-family'):
+                  job=None, code=SPLIT_CODE, family='validation-family', num_train=0):
   """Writes the family's `num` images as the Kaggle test split of out_dir, whole or not at
-  all. fonts, job ((text, font, seed) -> image), code and family: another family's (as
+  all, and `num_train` seen graphemes in training's fonts as its train split. fonts, job
+  ((text, font, seed) -> image), code and family: another family's (as
   bench/grapheme_other_family.py draws)."""
   if not isinstance(num, (int, np.integer)) or num < 1:
     raise ValueError(f'num must be a positive integer, got {num!r}')
+  if not isinstance(num_train, (int, np.integer)) or num_train < 0:
+    raise ValueError(f'num_train must be a non-negative integer, got {num_train!r}')
   if not 0 <= unseen_fraction <= 1:
     raise ValueError(f'unseen_fraction must be in [0, 1], got {unseen_fraction}')
   if os.path.isdir(out_dir) and os.listdir(out_dir):
     raise errors.NotEmpty(f'{out_dir} is not empty; choose a new --out (nothing was written)')
   rows = plan(num, seed, unseen_fraction, fonts, code)
+  train = plan(num_train, seed, 0.0, synth.TRAIN_FONTS, TRAIN_CODE, 'Train')
   workers = workers or len(os.sched_getaffinity(0))
   with errors.on_ctrl_c(f'Interrupted (Ctrl-C) while writing {out_dir}: nothing was left '
                         'there; rerun to write it.'), \
       files.atomic_dir(out_dir, durable=False) as tmp, \
-      console.Progress(num, f'drawing {family} graphemes', unit='image') as progress, \
+      console.Progress(num + num_train, f'drawing {family} graphemes',
+                       unit='image') as progress, \
       synth.parallel_map(workers) as imap:
     synth.write_images(str(tmp), 'test', rows, seed, code, imap, progress, job or _render_job)
-    synth.write_test_tables(tmp, rows)
+    if train:
+      synth.write_images(str(tmp), 'train', train, seed, TRAIN_CODE, imap, progress,
+                         job or _render_job)
+      synth.write_tables(tmp, train, rows)
+    else:
+      synth.write_test_tables(tmp, rows)
 
 
 def main():
   args = synth.arguments(__doc__, {'--num': 'number of images'}, 0.5, more={
+      '--train': dict(type=int, default=0,
+                      help="seen graphemes in training's fonts as a train split (an upper bound)"),
       '--fonts': dict(choices=('family', 'training'), default='family',
                       help="'training': training's Debian designs, for a diagnosis only"),
       '--stages': dict(default=','.join(STAGES),
@@ -219,7 +236,7 @@ def main():
                            f'{",".join(STAGES)}')
   write_dataset(args.out, args.num, args.seed, args.workers, args.unseen_fraction,
                 fonts=DIAGNOSIS_FONTS if args.fonts == 'training' else FONTS,
-                job=functools.partial(_render_job, stages=stages))
+                job=functools.partial(_render_job, stages=stages), num_train=args.train)
 
 
 if __name__ == '__main__':

@@ -265,3 +265,24 @@ def test_validation_family_stages_can_be_left_out_for_a_diagnosis():
   assert (synth_val.render(text, font, seed) ==
           synth_val.render(text, font, seed, stages=synth_val.STAGES)).all()
   assert set(synth_val.DIAGNOSIS_FONTS.items()) <= set(synth.TRAIN_FONTS.items())
+
+
+def test_validation_family_train_split_is_an_upper_bound_in_training_fonts(tmp_path):
+  """--train writes seen graphemes in the family's look but training's fonts, beside a test
+  split equal to the one written without it (the family itself stays the same images)."""
+  from bengrapheme.grapheme import synth_val
+  alone, both = tmp_path / 'alone', tmp_path / 'both'
+  synth_val.write_dataset(str(alone), 6, seed=SEED, workers=1)
+  synth_val.write_dataset(str(both), 6, seed=SEED, workers=1, num_train=8)
+  train = kaggle.validate(str(both), 'train')
+  labels = pd.read_csv(both / 'train.csv')
+  assert list(train.image_ids) == list(labels.image_id) == [f'Train_{i}' for i in range(8)]
+  assert set(labels.grapheme) <= {g[3] for g in classes.GRAPHEMES}  # seen graphemes only
+  rows = synth_val.plan(8, SEED, 0.0, synth.TRAIN_FONTS, synth_val.TRAIN_CODE, 'Train')
+  assert {row[6] for row in rows} <= set(synth.TRAIN_FONTS)
+  image = synth_val.render(rows[0][5], rows[0][6], [SEED, synth_val.TRAIN_CODE, 0])
+  stored = pq.read_table(both / kaggle.image_parquet_name('train', 0)).to_pandas()
+  assert (stored.iloc[0, 1:].to_numpy(np.uint8).reshape(kaggle.HEIGHT, kaggle.WIDTH)
+          == image).all()
+  for name in ['test_labels.csv', *(kaggle.image_parquet_name('test', s) for s in range(4))]:
+    assert (alone / name).read_bytes() == (both / name).read_bytes(), name

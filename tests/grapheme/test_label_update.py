@@ -40,7 +40,7 @@ def write_tables(tmp_path):
   for i, g in enumerate(classes.MULTI_DIACRITIC_GRAPHEMES[:2], start=6):
     r, v, c, _ = classes.GRAPHEMES[classes.grapheme_id(g)]
     rows.append((f'Train_{i}', r, v, c, g, g, 'font', True))
-  synth._write_tables(str(tmp_path), rows, [])
+  synth.write_tables(str(tmp_path), rows, [])
   return [row[0] for row in rows]
 
 
