@@ -8,6 +8,7 @@ Only process 0 speaks: on a multi-host job every other process stays quiet.
 """
 import contextlib
 import datetime
+import multiprocessing
 import signal
 import sys
 import time
@@ -95,13 +96,28 @@ class Progress:
     self.close(finished=error_type is None)
 
 
-def ignore_ctrl_c():
-  """A worker process's initializer: Ctrl-C reaches every process of the terminal's group,
-  and a worker's KeyboardInterrupt would print its own traceback, or end it holding its
-  pool's queue lock (the parent's Pool.terminate then waits for that lock forever: seen with
-  workers that exited on Ctrl-C). The parent alone stops (leaving the `with Pool` block
-  terminates the workers) and says what was interrupted."""
+def _ignore_ctrl_c():
   signal.signal(signal.SIGINT, signal.SIG_IGN)
+  signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+@contextlib.contextmanager
+def worker_pool(workers, context=None):
+  """A multiprocessing Pool whose workers ignore Ctrl-C. Ctrl-C reaches every process of the
+  terminal's group, and a worker's KeyboardInterrupt would print its own traceback, or end it
+  holding its pool's queue lock (the parent's Pool.terminate then waits for that lock forever:
+  seen with workers that exited on Ctrl-C). The parent alone stops (leaving the block
+  terminates the workers) and says what was interrupted. Ctrl-C is held back (blocked, which
+  fork and exec keep) while the pool starts, so a worker that is still starting up, or a
+  forkserver still importing, cannot take it before it ignores it (seen under load); the
+  parent takes it once the pool is up."""
+  held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+  try:
+    pool = multiprocessing.get_context(context).Pool(workers, _ignore_ctrl_c)
+  finally:
+    signal.pthread_sigmask(signal.SIG_SETMASK, held)
+  with pool:
+    yield pool
 
 
 def text_table(header, rows):

@@ -20,7 +20,6 @@ large pieces riddled with islands that torn paper does not have.
 import argparse
 import contextlib
 import dataclasses
-import multiprocessing
 import os
 import re
 import typing
@@ -344,7 +343,7 @@ def run_jobs(fn, jobs, workers, what, unit):
   results = []
   with contextlib.ExitStack() as stack:
     progress = stack.enter_context(console.Progress(len(jobs), what, unit=unit))
-    imap = (stack.enter_context(multiprocessing.Pool(workers, console.ignore_ctrl_c)).imap
+    imap = (stack.enter_context(console.worker_pool(workers)).imap
             if workers > 1 else map)
     for result in imap(fn, jobs):
       results.append(result)

@@ -24,7 +24,6 @@ import argparse
 import contextlib
 import csv
 import functools
-import multiprocessing
 import os
 import re
 
@@ -412,7 +411,7 @@ def parallel_map(workers):
     yield map
     return
   # Not fork: the caller may run threads (JAX, pyarrow) whose locks a fork would copy.
-  with multiprocessing.get_context('forkserver').Pool(workers, console.ignore_ctrl_c) as pool:
+  with console.worker_pool(workers, 'forkserver') as pool:
     yield functools.partial(pool.imap, chunksize=16)
 
 

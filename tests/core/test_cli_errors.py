@@ -81,19 +81,20 @@ def tmp_folder_holds(tmp_path, name):
              for p in tmp_path.iterdir())
 
 
-@pytest.mark.parametrize('moment', ['drawing', 'between_shards'])
+@pytest.mark.parametrize('moment', ['starting', 'drawing', 'between_shards'])
 def test_ctrl_c_while_writing_data_is_one_line_and_leaves_nothing(tmp_path, moment):
   """Ctrl-C reaches the whole process group, pool workers included, as from a terminal:
-  while they draw, and while the parent writes a shard and the idle workers wait."""
+  while the pool starts (its forkserver and workers still importing), while they draw, and
+  while the parent writes a shard and the idle workers wait."""
   out = tmp_path / 'data'
   proc = subprocess.Popen(
       [sys.executable, '-m', 'bengrapheme.grapheme.synth', '--out', out, '--train', '2000',
        '--test', '0', '--workers', '2'], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
   deadline = time.time() + 120
-  # 'drawing': once the temporary folder holds its tables; 'between_shards': the moment the
-  # first image file appears.
-  wanted = 'train.csv' if moment == 'drawing' else 'train_image_data_0'
+  # 'starting' and 'drawing': once the temporary folder holds its tables (the pool starts
+  # next); 'between_shards': the moment the first image file appears.
+  wanted = 'train_image_data_0' if moment == 'between_shards' else 'train.csv'
   while not tmp_folder_holds(tmp_path, wanted):
     assert proc.poll() is None, proc.communicate()
     assert time.time() < deadline, 'the generator never started writing'
