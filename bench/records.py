@@ -37,6 +37,11 @@ BY_CATEGORY = (('all', 'all/score'), ('seen', 'seen/score'),
                ('unseen, rendered', 'unseen_rendered/score'),
                ('unseen, never rendered', 'unseen_never_rendered/score'),
                ('root recall, all', 'all/grapheme_root'))
+# A val split's categories: its unseen graphemes are the held-out val graphemes.
+VAL_BY_CATEGORY = (('all', 'all/score'), ('seen', 'seen/score'),
+                   ('graphemes held out of training', 'unseen_never_rendered/score'),
+                   ('root recall, seen', 'seen/grapheme_root'),
+                   ('root recall, held out', 'unseen_never_rendered/grapheme_root'))
 # Issue 27's table: a row is a recipe, its records NAME + suffix, one per data set it was
 # scored on; the validation family chooses, the others report.
 ACROSS_FAMILIES = (
@@ -71,6 +76,11 @@ TABLES = {
     # The same runs on their own data; the rerun of the recipe before has no such record.
     'grapheme-recipes-own-data': (GRAPHEME_COLUMNS, tuple(
         (label, record, '') for label, record in ISSUE_27_RECIPES[1:])),
+    'grapheme-family-upper-bound': (VAL_BY_CATEGORY, (
+        ("`make demo`: its own val split, in the training renderer's look",
+         'grapheme-hand-affine', 'val/combined/'),
+        ("trained on the family's look: its own val split, in the family's look",
+         'grapheme-family-trained', 'val/combined/'))),
     'grapheme-family-diagnosis': (BY_CATEGORY, tuple(
         (label, f'grapheme-fonts-diag-{name}', 'test/combined/') for label, name in (
             ("the family's fonts, none of its distortions", 'family-fonts-bare'),
