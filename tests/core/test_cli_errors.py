@@ -87,10 +87,17 @@ def test_ctrl_c_while_writing_data_is_one_line_and_leaves_nothing(tmp_path, mome
   while the pool starts (its forkserver and workers still importing), while they draw, and
   while the parent writes a shard and the idle workers wait."""
   out = tmp_path / 'data'
+  # A runner started in the background (nohup, `&` without job control) passes Ctrl-C on as
+  # ignored, and Python keeps an inherited SIG_IGN: the child gets a terminal's default.
+  ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+  if ignored:
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # exec makes it SIG_DFL
   proc = subprocess.Popen(
       [sys.executable, '-m', 'bengrapheme.grapheme.synth', '--out', out, '--train', '2000',
        '--test', '0', '--workers', '2'], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+  if ignored:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
   deadline = time.time() + 120
   # 'starting' and 'drawing': once the temporary folder holds its tables (the pool starts
   # next); 'between_shards': the moment the first image file appears.
