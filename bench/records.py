@@ -63,9 +63,11 @@ ISSUE_27_RECIPES = (
     ('+ Google fonts, `render.fraction=0.5`', 'grapheme-fonts-render0.5'),
     ('+ Google fonts, `aug.affine`', 'grapheme-fonts-affine'),
     ('+ Google fonts, monoline pen, stronger warps, pen breaks', 'grapheme-hand'),
-    ('+ those, `aug.affine`: `make demo`', 'grapheme-hand-affine'),
+    ('+ those, `aug.affine`', 'grapheme-hand-affine'),
     ('+ those, GridMask 0.3', 'grapheme-hand-gridmask'),
-    ('+ those, CutMix 0.5', 'grapheme-hand-cutmix'))
+    ('+ those, CutMix 0.5', 'grapheme-hand-cutmix'),
+    ('+ `aug.affine`, no whole-grapheme head', 'grapheme-hand-nowhole'),
+    ('+ prior correction tau 0.5: `make demo`', 'grapheme-hand-nowhole-tau0.5'))
 # table -> (columns (header, key) or (header, record suffix, key), rows (label, record, key
 # prefix of the row's scores)).
 TABLES = {
@@ -98,7 +100,9 @@ TABLES = {
          'grapheme-demo-stretch', ''),
         ('+ Google fonts, monoline pen, warps, pen breaks: the family\'s choices',
          'grapheme-hand', ''),
-        ('+ `aug.affine`: the family\'s choice, `make demo`', 'grapheme-hand-affine', ''))),
+        ('+ `aug.affine`: the family\'s choice', 'grapheme-hand-affine', ''),
+        ('+ no whole-grapheme head, prior correction tau 0.5: the family\'s choices, '
+         '`make demo`', 'grapheme-hand-nowhole-tau0.5', ''))),
     'grapheme-val-family': (BY_CATEGORY, (
         ('no stretch: validation family (`synth_val`)', 'grapheme-demo-val-family',
          'test/combined/'),
