@@ -67,7 +67,9 @@ ISSUE_27_RECIPES = (
     ('+ those, GridMask 0.3', 'grapheme-hand-gridmask'),
     ('+ those, CutMix 0.5', 'grapheme-hand-cutmix'),
     ('+ `aug.affine`, no whole-grapheme head', 'grapheme-hand-nowhole'),
-    ('+ prior correction tau 0.5: `make demo`', 'grapheme-hand-nowhole-tau0.5'))
+    ('+ prior correction tau 0.5', 'grapheme-hand-nowhole-tau0.5'),
+    ('+ `render.fraction=0.5`: `make demo`', 'grapheme-nowhole-render0.5'),
+    ('+ `render.fraction=0.75` instead', 'grapheme-nowhole-render0.75'))
 # table -> (columns (header, key) or (header, record suffix, key), rows (label, record, key
 # prefix of the row's scores)).
 TABLES = {
@@ -101,8 +103,10 @@ TABLES = {
         ('+ Google fonts, monoline pen, warps, pen breaks: the family\'s choices',
          'grapheme-hand', ''),
         ('+ `aug.affine`: the family\'s choice', 'grapheme-hand-affine', ''),
-        ('+ no whole-grapheme head, prior correction tau 0.5: the family\'s choices, '
-         '`make demo`', 'grapheme-hand-nowhole-tau0.5', ''))),
+        ('+ no whole-grapheme head, prior correction tau 0.5: the family\'s choices',
+         'grapheme-hand-nowhole-tau0.5', ''),
+        ('+ `render.fraction=0.5`: the family\'s choice, `make demo`',
+         'grapheme-nowhole-render0.5', ''))),
     'grapheme-val-family': (BY_CATEGORY, (
         ('no stretch: validation family (`synth_val`)', 'grapheme-demo-val-family',
          'test/combined/'),
