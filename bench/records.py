@@ -75,13 +75,13 @@ ISSUE_27_RECIPES = (
 TABLES = {
     'grapheme-across-families': (ACROSS_FAMILIES, tuple(
         (label, record, '') for label, record in ISSUE_27_RECIPES) + (
-        ("upper bound, chooses nothing: `make demo` trained on the validation family's own "
-         'look (`synth_val --train`)', 'grapheme-family-trained', ''),)),
+        ("upper bound, chooses nothing: the sixth row's recipe trained on the validation "
+         "family's own look (`synth_val --train`)", 'grapheme-family-trained', ''),)),
     # The same runs on their own data; the rerun of the recipe before has no such record.
     'grapheme-recipes-own-data': (GRAPHEME_COLUMNS, tuple(
         (label, record, '') for label, record in ISSUE_27_RECIPES[1:])),
     'grapheme-family-upper-bound': (VAL_BY_CATEGORY, (
-        ("`make demo`: its own val split, in the training renderer's look",
+        ("the sixth row: its own val split, in the training renderer's look",
          'grapheme-hand-affine', 'val/combined/'),
         ("trained on the family's look: its own val split, in the family's look",
          'grapheme-family-trained', 'val/combined/'))),
