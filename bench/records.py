@@ -69,6 +69,7 @@ ISSUE_27_RECIPES = (
     ('+ `aug.affine`, no whole-grapheme head', 'grapheme-hand-nowhole'),
     ('+ prior correction tau 0.5', 'grapheme-hand-nowhole-tau0.5'),
     ('+ `render.fraction=0.5`: `make demo`', 'grapheme-nowhole-render0.5'),
+    ('`make demo`, a second seed (`--config.seed=1`)', 'grapheme-demo-now-seed1'),
     ('+ `render.fraction=0.75` instead', 'grapheme-nowhole-render0.75'))
 # table -> (columns (header, key) or (header, record suffix, key), rows (label, record, key
 # prefix of the row's scores)).
