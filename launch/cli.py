@@ -59,6 +59,10 @@ def parse_flags(argv):
 
 def run(main):
   if any(arg in HELP for arg in sys.argv[1:]):
-    print(usage(sys.modules['__main__'].__doc__))
+    try:
+      print(usage(sys.modules['__main__'].__doc__), flush=True)
+    except BrokenPipeError:  # `--help | head`: the reader has what it wanted
+      # Python's advice: point stdout elsewhere, or its flush at exit fails a second time.
+      os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     sys.exit(0)
   app.run(one_line_errors(main), flags_parser=parse_flags)

@@ -35,3 +35,14 @@ def test_installed_command_lists_the_same_flags(tmp_path):
   assert installed.returncode == 0, installed.stderr
   assert listed_flags(installed.stdout) == [f'--{f}' for f in (*FLAGS['launch.train'],
                                                                 'helpfull')]
+
+
+def test_help_into_a_closed_pipe_is_quiet():
+  """`--help | head -1`: the reader leaves early; no BrokenPipeError traceback, exit 0."""
+  read, write = os.pipe()
+  os.close(read)  # every write fails as if `head` had already left
+  with os.fdopen(write, 'wb') as stdout:
+    result = subprocess.run([sys.executable, '-m', 'launch.train', '--help'], cwd=ROOT,
+                            stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=120,
+                            env=dict(os.environ, PYTHONPATH=ROOT))
+  assert (result.returncode, result.stderr) == (0, '')
