@@ -109,7 +109,8 @@ def worker_pool(workers, context=None):
   seen with workers that exited on Ctrl-C). The parent alone stops (leaving the block
   terminates the workers) and says what was interrupted. Ctrl-C is held back (blocked, which
   fork and exec keep) while the pool starts, so a worker that is still starting up, or a
-  forkserver still importing, cannot take it before it ignores it (seen under load); the
+  forkserver still importing, cannot take it before it ignores it (seen: the generator ran on
+  to the end when Ctrl-C came as its pool started); the
   parent takes it once the pool is up."""
   held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
   try:
