@@ -110,8 +110,7 @@ def worker_pool(workers, context=None):
   terminates the workers) and says what was interrupted. Ctrl-C is held back (blocked, which
   fork and exec keep) while the pool starts, so a worker that is still starting up, or a
   forkserver still importing, cannot take it before it ignores it (seen: the generator ran on
-  to the end when Ctrl-C came as its pool started); the
-  parent takes it once the pool is up."""
+  to the end when Ctrl-C came as its pool started); the parent takes it once the pool is up."""
   held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
   try:
     pool = multiprocessing.get_context(context).Pool(workers, _ignore_ctrl_c)
