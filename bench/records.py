@@ -77,7 +77,9 @@ TABLES = {
     'grapheme-across-families': (ACROSS_FAMILIES, tuple(
         (label, record, '') for label, record in ISSUE_27_RECIPES) + (
         ("upper bound, chooses nothing: the sixth row's recipe trained on the validation "
-         "family's own look (`synth_val --train`)", 'grapheme-family-trained', ''),)),
+         "family's own look (`synth_val --train`)", 'grapheme-family-trained', ''),
+        ("upper bound, chooses nothing: `make demo`'s recipe trained on the family's own look",
+         'grapheme-family-trained-now', ''))),
     # The same runs on their own data; the rerun of the recipe before has no such record.
     'grapheme-recipes-own-data': (GRAPHEME_COLUMNS, tuple(
         (label, record, '') for label, record in ISSUE_27_RECIPES[1:])),
@@ -85,7 +87,11 @@ TABLES = {
         ("the sixth row: its own val split, in the training renderer's look",
          'grapheme-hand-affine', 'val/combined/'),
         ("trained on the family's look: its own val split, in the family's look",
-         'grapheme-family-trained', 'val/combined/'))),
+         'grapheme-family-trained', 'val/combined/'),
+        ("`make demo`: its own val split, in the training renderer's look",
+         'grapheme-nowhole-render0.5', 'val/combined/'),
+        ("`make demo`'s recipe trained on the family's look: its own val split",
+         'grapheme-family-trained-now', 'val/combined/'))),
     'grapheme-family-diagnosis': (BY_CATEGORY, tuple(
         (label, f'grapheme-fonts-diag-{name}', 'test/combined/') for label, name in (
             ("the family's fonts, none of its distortions", 'family-fonts-bare'),
