@@ -86,7 +86,7 @@ TABLES = {
     'grapheme-family-upper-bound': (VAL_BY_CATEGORY, (
         ("the sixth row: its own val split, in the training renderer's look",
          'grapheme-hand-affine', 'val/combined/'),
-        ("trained on the family's look: its own val split, in the family's look",
+        ("the sixth row's recipe trained on the family's look: its own val split",
          'grapheme-family-trained', 'val/combined/'),
         ("`make demo`: its own val split, in the training renderer's look",
          'grapheme-nowhole-render0.5', 'val/combined/'),
