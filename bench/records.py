@@ -68,9 +68,11 @@ ISSUE_27_RECIPES = (
     ('+ those, CutMix 0.5', 'grapheme-hand-cutmix'),
     ('+ `aug.affine`, no whole-grapheme head', 'grapheme-hand-nowhole'),
     ('+ prior correction tau 0.5', 'grapheme-hand-nowhole-tau0.5'),
-    ('+ `render.fraction=0.5`: `make demo`', 'grapheme-nowhole-render0.5'),
-    ('`make demo`, a second seed (`--config.seed=1`)', 'grapheme-demo-now-seed1'),
-    ('+ `render.fraction=0.75` instead', 'grapheme-nowhole-render0.75'))
+    ('+ `render.fraction=0.5`', 'grapheme-nowhole-render0.5'),
+    ('the same, a second seed (`--config.seed=1`)', 'grapheme-demo-now-seed1'),
+    ('`render.fraction=0.75` instead', 'grapheme-nowhole-render0.75'),
+    ('+ 48,000 rendered images instead of 16,000: `make demo`',
+     'grapheme-demo-now-images48k'))
 # table -> (columns (header, key) or (header, record suffix, key), rows (label, record, key
 # prefix of the row's scores)).
 TABLES = {
@@ -112,8 +114,9 @@ TABLES = {
         ('+ `aug.affine`: the family\'s choice', 'grapheme-hand-affine', ''),
         ('+ no whole-grapheme head, prior correction tau 0.5: the family\'s choices',
          'grapheme-hand-nowhole-tau0.5', ''),
-        ('+ `render.fraction=0.5`: the family\'s choice, `make demo`',
-         'grapheme-nowhole-render0.5', ''))),
+        ('+ `render.fraction=0.5`: the family\'s choice', 'grapheme-nowhole-render0.5', ''),
+        ('+ 48,000 rendered images: the family\'s choice, `make demo`',
+         'grapheme-demo-now-images48k', ''))),
     'grapheme-val-family': (BY_CATEGORY, (
         ('no stretch: validation family (`synth_val`)', 'grapheme-demo-val-family',
          'test/combined/'),

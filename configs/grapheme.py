@@ -32,8 +32,9 @@ def get_config(arg='demo'):
   c.unseen = dict(never_rendered=0.5, val_graphemes=0.05, seed=0)
   # Rendered graphemes (grapheme/rendered.py): `images` drawn once, `fraction` of each batch
   # (the validation family chose 0.5 over 0.25 and 0.75 once the whole-grapheme head was
-  # off: records grapheme-nowhole-render*, docs/graphemes.md).
-  c.render = dict(fraction=0.5, images=16000, workers=0)  # workers 0: all usable cores
+  # off, and 48,000 images over 16,000: records grapheme-nowhole-render*,
+  # grapheme-demo-now-images48k*, docs/graphemes.md).
+  c.render = dict(fraction=0.5, images=48000, workers=0)  # workers 0: all usable cores
   # (height, width) the model sees; crop_to_ink scales each grapheme's ink box to fill it.
   # stretch_contrast: each image's paper to 0 and darkest ink to 1 first (grapheme/model.py);
   # the validation family of synth_val.py chose it, over two seeds (records
