@@ -80,8 +80,8 @@ TABLES = {
         (label, record, '') for label, record in ISSUE_27_RECIPES) + (
         ("upper bound, chooses nothing: the sixth row's recipe trained on the validation "
          "family's own look (`synth_val --train`)", 'grapheme-family-trained', ''),
-        ("upper bound, chooses nothing: `make demo`'s recipe trained on the family's own look",
-         'grapheme-family-trained-now', ''))),
+        ("upper bound, chooses nothing: the `render.fraction=0.5` row's recipe trained on the "
+         "family's own look", 'grapheme-family-trained-now', ''))),
     # The same runs on their own data; the rerun of the recipe before has no such record.
     'grapheme-recipes-own-data': (GRAPHEME_COLUMNS, tuple(
         (label, record, '') for label, record in ISSUE_27_RECIPES[1:])),
@@ -90,9 +90,9 @@ TABLES = {
          'grapheme-hand-affine', 'val/combined/'),
         ("the sixth row's recipe trained on the family's look: its own val split",
          'grapheme-family-trained', 'val/combined/'),
-        ("`make demo`: its own val split, in the training renderer's look",
+        ("`render.fraction=0.5`: its own val split, in the training renderer's look",
          'grapheme-nowhole-render0.5', 'val/combined/'),
-        ("`make demo`'s recipe trained on the family's look: its own val split",
+        ("`render.fraction=0.5`'s recipe trained on the family's look: its own val split",
          'grapheme-family-trained-now', 'val/combined/'))),
     'grapheme-family-diagnosis': (BY_CATEGORY, tuple(
         (label, f'grapheme-fonts-diag-{name}', 'test/combined/') for label, name in (
