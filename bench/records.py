@@ -71,8 +71,8 @@ ISSUE_27_RECIPES = (
     ('+ `render.fraction=0.5`', 'grapheme-nowhole-render0.5'),
     ('the same, a second seed (`--config.seed=1`)', 'grapheme-demo-now-seed1'),
     ('`render.fraction=0.75` instead', 'grapheme-nowhole-render0.75'),
-    ('+ 48,000 rendered images instead of 16,000: `make demo`',
-     'grapheme-demo-now-images48k'))
+    ('+ 48,000 rendered images instead of 16,000', 'grapheme-demo-now-images48k'),
+    ('+ 2,800 steps instead of 2,000: `make demo`', 'grapheme-demo-now-steps2800'))
 # table -> (columns (header, key) or (header, record suffix, key), rows (label, record, key
 # prefix of the row's scores)).
 TABLES = {
@@ -115,8 +115,9 @@ TABLES = {
         ('+ no whole-grapheme head, prior correction tau 0.5: the family\'s choices',
          'grapheme-hand-nowhole-tau0.5', ''),
         ('+ `render.fraction=0.5`: the family\'s choice', 'grapheme-nowhole-render0.5', ''),
-        ('+ 48,000 rendered images: the family\'s choice, `make demo`',
-         'grapheme-demo-now-images48k', ''))),
+        ('+ 48,000 rendered images: the family\'s choice', 'grapheme-demo-now-images48k', ''),
+        ('+ 2,800 steps: the family\'s choice, `make demo`', 'grapheme-demo-now-steps2800',
+         ''))),
     'grapheme-val-family': (BY_CATEGORY, (
         ('no stretch: validation family (`synth_val`)', 'grapheme-demo-val-family',
          'test/combined/'),
