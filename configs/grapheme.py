@@ -103,6 +103,7 @@ def get_config(arg='demo'):
     c.input.num_threads = 2
     c.model.args = dict(depth=10, width=8, stem='small', dtype='float32')
     c.model.grapheme_head = True  # every head and loss term runs
+    c.predict.tau = 0.0  # the bad-input tests predict from workdirs no training wrote
     c.data.update(val_fraction=0.25, corrected_labels=True)
     c.train.update(steps=8, batch_size=16, warmup_steps=2, log_every=2, checkpoint_every=2,
                    keep_checkpoints=10)
