@@ -72,7 +72,8 @@ ISSUE_27_RECIPES = (
     ('the same, a second seed (`--config.seed=1`)', 'grapheme-demo-now-seed1'),
     ('`render.fraction=0.75` instead', 'grapheme-nowhole-render0.75'),
     ('+ 48,000 rendered images instead of 16,000', 'grapheme-demo-now-images48k'),
-    ('+ 2,800 steps instead of 2,000: `make demo`', 'grapheme-demo-now-steps2800'))
+    ('+ 2,800 steps instead of 2,000', 'grapheme-demo-now-steps2800'),
+    ('+ 4,000 steps instead of 2,800: `make demo`', 'grapheme-demo-now-steps4000'))
 # table -> (columns (header, key) or (header, record suffix, key), rows (label, record, key
 # prefix of the row's scores)).
 TABLES = {
@@ -116,7 +117,8 @@ TABLES = {
          'grapheme-hand-nowhole-tau0.5', ''),
         ('+ `render.fraction=0.5`: the family\'s choice', 'grapheme-nowhole-render0.5', ''),
         ('+ 48,000 rendered images: the family\'s choice', 'grapheme-demo-now-images48k', ''),
-        ('+ 2,800 steps: the family\'s choice, `make demo`', 'grapheme-demo-now-steps2800',
+        ('+ 2,800 steps: the family\'s choice', 'grapheme-demo-now-steps2800', ''),
+        ('+ 4,000 steps: the family\'s choice, `make demo`', 'grapheme-demo-now-steps4000',
          ''))),
     'grapheme-val-family': (BY_CATEGORY, (
         ('no stretch: validation family (`synth_val`)', 'grapheme-demo-val-family',
@@ -254,9 +256,12 @@ def write_pages(candidates=None):
       files.write_atomic(page, new)
 
 
-def add(name, workdir, commands, commit, note):
-  with open(os.path.join(workdir, 'eval', 'metrics.json')) as f:
-    scores = evaluation.flatten(json.load(f))
+def add(name, workdir, commands, commit, note, scores=None):
+  """Keeps the run's scores (W/eval/metrics.json, or `scores` measured by a bench script)."""
+  if scores is None:
+    with open(os.path.join(workdir, 'eval', 'metrics.json')) as f:
+      scores = json.load(f)
+  scores = evaluation.flatten(scores)
   if not commit:
     commit = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=common.ROOT, check=True,
                             capture_output=True, text=True).stdout.strip()
