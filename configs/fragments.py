@@ -16,6 +16,12 @@ DATA holds train/ and test/ folders of WID_PID_FID.jpg fragments (the HisFrag20 
   # Without writer labels (surrogate classes from SIFT clusters):
   python -m launch.train --config configs/fragments.py:demo --config.train.labels=surrogate \
       --data data/fragments-synth --workdir workdirs/fragments-surrogate
+  # A scholar's own folder of images (any names, nested, no labels), then index and search it:
+  python -m launch.train --config configs/fragments.py:collection --data MY_IMAGES \
+      --workdir workdirs/mine
+  python -m launch.index --config configs/fragments.py:collection --workdir workdirs/mine \
+      --collection MY_IMAGES
+  python -m launch.search --workdir workdirs/mine --query MY_IMAGES/box3/f12.png
 """
 import ml_collections
 
@@ -23,11 +29,13 @@ from bengrapheme import defaults
 
 
 def get_config(arg='demo'):
-  if arg not in ('demo', 'hisfrag20', 'test'):
-    raise ValueError(f'configs/fragments.py:{arg}: expected one of demo, hisfrag20, test')
+  if arg not in ('demo', 'collection', 'hisfrag20', 'test'):
+    raise ValueError(f'configs/fragments.py:{arg}: expected one of demo, collection, '
+                     'hisfrag20, test')
   c = defaults.config()  # the trainer's fields; what follows is this task's
   c.task = 'retrieval.task'
-  # data.dir holds train/ and test/; format='tfds' reads retrieval/tfds_hisfrag20.py's build.
+  # data.dir holds train/ and test/; format='tfds' reads retrieval/tfds_hisfrag20.py's build,
+  # 'collection' any folder of images without labels (variant collection).
   # The val split: a val_writers share of train/'s writers, drawn by val_seed and left out of
   # training (retrieval/data.py), on which the evaluator chooses its post-processing.
   c.data.update(format='folder', val_writers=0.2, val_seed=0)
@@ -91,6 +99,13 @@ def get_config(arg='demo'):
                    warmup_steps=1000, ema_decay=0.999, log_every=100, checkpoint_every=1000,
                    surrogate_classes=5000, backbone_lr_scale=0.1, backbone_frozen_steps=1000)
     c.eval.update(every=5000, batch_size=4096, lbp_fit_fragments=5000)
+  elif arg == 'collection':
+    # The demo's training on any folder of images (retrieval/collection.py): no writer
+    # labels, so surrogate classes, and no split to score or to choose the post-processing
+    # on, so launch.index uses the settings above (the encoder alone) unless given others.
+    c.data.format = 'collection'
+    c.train.labels = 'surrogate'
+    c.eval.update(every=0, splits=(), tune_split='')
   elif arg == 'test':
     c.input.update(max_patches=8, num_threads=2)
     c.model.args = dict(depth=8, width=4, dtype='float32')

@@ -36,7 +36,7 @@ def usage(doc):
   lines = [(doc or '').strip(), '', 'Flags:']
   # This module's --traceback last: first what the entry point itself is about.
   for f in sorted(own_flags(), key=lambda f: f.name == TRACEBACK.name):
-    default = '' if f.default in (None, '', False) else f' (default: {f.default})'
+    default = '' if f.default in (None, '', False, []) else f' (default: {f.default})'
     lines.append(f'  --{f.name}: {" ".join(f.help.split())}{default}')
   lines.append('  --helpfull: every flag, absl\'s and jax\'s included')
   return '\n'.join(lines)

@@ -1,7 +1,8 @@
-"""The console commands pyproject.toml installs: bengrapheme-train, -evaluate, -predict.
+"""The console commands pyproject.toml installs: bengrapheme-train, -evaluate, -predict,
+-index, -search.
 
-They run launch.train / launch.evaluate / launch.predict (`python -m launch.predict` works as
-well). Unlike `python -m`, they also read `--config configs/NAME.py:VARIANT` (or
+They run launch.train / .evaluate / .predict / .index / .search (`python -m launch.predict`
+works as well). Unlike `python -m`, they also read `--config configs/NAME.py:VARIANT` (or
 NAME.py:VARIANT) from the installed `configs` package when no such file is under the current
 directory, so an installed project runs from anywhere (a Kaggle notebook's /kaggle/working).
 """
@@ -65,3 +66,11 @@ def evaluate_main():
 
 def predict_main():
   _run('launch.predict')
+
+
+def index_main():
+  _run('launch.index')
+
+
+def search_main():
+  _run('launch.search')

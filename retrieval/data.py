@@ -15,10 +15,13 @@ import pathlib
 import jax
 import numpy as np
 
-from bengrapheme import cache, console, files, input as input_lib
-from retrieval import patches, reader, surrogate
+from bengrapheme import cache, console, evaluation, files, input as input_lib
+from retrieval import collection, patches, reader, surrogate
 
 CACHE_LAYOUT = 2  # bump when the cache's files change
+# data.format of a scholar's own folder of images: any names, nested, no labels
+# (retrieval/collection.py); it trains with surrogate classes only and has no split to score.
+COLLECTION = 'collection'
 
 
 class PatchSource:
@@ -64,12 +67,18 @@ class PatchSource:
 def _build(src, folder, params):
   """Extracts the patches of every fragment of a reader.FragmentSource into `folder`, in
   threads (OpenCV, scikit-image and Pillow release the GIL). A bad fragment raises
-  reader.DataError naming it. Patches are appended to disk as they come (fragment order), so
-  memory holds only the fragments in flight, whatever the split's size."""
+  reader.DataError naming it, but for a collection's image (data.format='collection'), which
+  is named and gets no patches. Patches are appended to disk as they come (fragment order),
+  so memory holds only the fragments in flight, whatever the split's size."""
   counts, valid = np.zeros(len(src), np.int64), np.zeros(len(src), np.int32)
+  size = params['patch_size']
 
   def one(i):
-    rgb = src.read_rgb(i)
+    try:
+      rgb = src.read_rgb(i)
+    except collection.Unreadable as e:  # a scholar's folder: the rest still trains
+      console.say(f'Skipping {e}')
+      return None, (np.zeros((0, size, size), np.uint8), np.zeros((0, 128), np.uint8))
     name = os.path.basename(src.fragments[i].path)
     return rgb, patches.extract(rgb, name, size=params['patch_size'],
                                 max_patches=params['max_patches'],
@@ -80,11 +89,12 @@ def _build(src, folder, params):
       concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool, \
       console.Progress(len(src), 'extracting patches', unit='fragment') as progress:
     for i, (rgb, (patch, sift)) in enumerate(pool.map(one, range(len(src)))):
-      counts[i], valid[i] = len(patch), reader.valid_pixel_count(rgb)
+      counts[i] = len(patch)
+      valid[i] = 0 if rgb is None else reader.valid_pixel_count(rgb)
       out.write(patch.tobytes())
       sift_out.write(sift.tobytes())
       progress.update()
-  total, size = int(counts.sum()), params['patch_size']
+  total = int(counts.sum())
   _raw_to_npy(raw, folder / 'patches.npy', (total, size, size))
   _raw_to_npy(folder / 'sift.raw', folder / 'sift.npy', (total, 128))
   np.save(folder / 'starts.npy', np.concatenate([[0], np.cumsum(counts)]))
@@ -105,6 +115,11 @@ def _raw_to_npy(raw, path, shape):
 
 
 def _data_dir(config):
+  if config.data.format == COLLECTION:
+    if not config.data.dir:
+      raise reader.DataError('no data: pass --data DIR (a folder of fragment images, any '
+                             'names) or set config.data.dir')
+    return config.data.dir
   return input_lib.data_dir(
       config, folder_format='folder',
       folder='a folder with train/ and test/ of WID_PID_FID.jpg fragments', build='hisfrag20',
@@ -146,6 +161,12 @@ def listing(config, split):
   folder_split = 'train' if split == 'val' else split
   size, color = config.input.patch_size, False
   location = _data_dir(config)
+  if config.data.format == COLLECTION:
+    if split != 'train':
+      raise evaluation.Unlabelled(
+          f"split {split!r}: a collection (data.format='collection') has no writer labels "
+          'to score')
+    return collection.CollectionSource(location, size, color)
   if config.data.format == 'tfds':
     # Imported only here: tensorflow_datasets takes ~0.5 s to import.
     from retrieval import tfds_hisfrag20
@@ -251,6 +272,11 @@ def check_data(config):
   when it is opened."""
   if config.data.format == 'folder':
     reader.list_fragments(os.path.join(_data_dir(config), 'train'))
+  elif config.data.format == COLLECTION:
+    if config.train.labels != 'surrogate':
+      raise reader.DataError(f"data.format='collection' ({_data_dir(config)}) has no writer "
+                             'labels: train it with --config.train.labels=surrogate')
+    collection.list_images(_data_dir(config))
 
 
 def train_data(config, workdir, local_batch):

@@ -47,12 +47,16 @@ SETTINGS = tuple(name for name, _ in GRIDS)
 _chosen = {}
 
 
-def patch_embeddings(config, model, src):
-  """Embeddings [len(src), D] of every patch of the PatchSource `src`."""
+def embedding_fn(config):
+  """What evaluation.outputs_by_row runs on a batch of patches: their embeddings."""
   def forward_embeddings(forward, batch):
     return {'embedding': forward(preprocess(batch['image'], config))}
+  return forward_embeddings
 
-  return evaluation.outputs_by_row(model, forward_embeddings, src,
+
+def patch_embeddings(config, model, src):
+  """Embeddings [len(src), D] of every patch of the PatchSource `src`."""
+  return evaluation.outputs_by_row(model, embedding_fn(config), src,
                                    batch_size=config.eval.batch_size,
                                    what=f'embedding {len(src):,} patches')['embedding']
 

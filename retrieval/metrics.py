@@ -165,14 +165,48 @@ def metrics_from_distances(distances, labels, *, item_names=None, block_size=256
 def distance_matrix(embeddings, *, metric='euclidean', block_size=256, rows=None):
   """The float32 distances `retrieval_metrics` ranks by: [N, N] (for export), or only the
   rows of the items `rows` (e.g. the queries a report shows), [len(rows), N]."""
-  x = _prepare(embeddings, metric)
-  xj, bias = jnp.asarray(x), jnp.asarray(_bias(x, metric))
-  rows = np.arange(x.shape[0]) if rows is None else np.asarray(rows)
-  out = np.empty((len(rows), x.shape[0]), np.float32)
-  for s in range(0, len(rows), block_size):
-    q = rows[s:s + block_size]
-    out[s:s + len(q)] = np.asarray(_distances(xj, bias, xj[q], bias[q], metric=metric)).T
-  return out
+  against = Against(embeddings, metric=metric)
+  rows = np.arange(len(against)) if rows is None else np.asarray(rows)
+  return against.rows(rows, block_size=block_size)
+
+
+class Against:
+  """A set of embeddings [N, d] held on the device once, for the distances of any queries
+  to every item (what a search of an index runs, one block of queries at a time)."""
+
+  def __init__(self, embeddings, *, metric='euclidean'):
+    self.metric = metric
+    x = _prepare(embeddings, metric)
+    self.dims = np.asarray(embeddings).shape[1]
+    self.x, self.bias = jnp.asarray(x), jnp.asarray(_bias(x, metric))
+
+  def __len__(self):
+    return self.x.shape[0]
+
+  def rows(self, rows, *, block_size=256):
+    """[len(rows), N]: the items `rows` as queries."""
+    return self._blocks(len(rows), block_size,
+                        lambda s, e: (self.x[rows[s:e]], self.bias[rows[s:e]]))
+
+  def distances(self, queries, *, block_size=256):
+    """[len(queries), N]: queries [Q, d], embeddings like the set's, against every item."""
+    q = np.asarray(queries, np.float32)
+    if q.ndim != 2 or q.shape[1] != self.dims or not np.isfinite(q).all():
+      raise ValueError(f'queries must be finite [Q, {self.dims}], got shape {q.shape}')
+    if self.metric == 'cosine':
+      q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), np.finfo(np.float32).tiny)
+    elif self.metric == 'cityblock':
+      q = np.pad(q, ((0, 0), (0, -q.shape[1] % L1_DIMS)))
+    bias = _bias(q, self.metric)
+    return self._blocks(len(q), block_size, lambda s, e: (q[s:e], bias[s:e]))
+
+  def _blocks(self, count, block_size, block):
+    out = np.empty((count, len(self)), np.float32)
+    for s in range(0, count, block_size):
+      xq, bias_q = block(s, min(s + block_size, count))
+      out[s:s + len(xq)] = np.asarray(_distances(self.x, self.bias, jnp.asarray(xq),
+                                                 jnp.asarray(bias_q), metric=self.metric)).T
+    return out
 
 
 # ---------------------------------------------------------------------------- kernels

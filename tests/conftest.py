@@ -1,12 +1,37 @@
 """Shared fixtures: one tiny synthetic Bengali.AI folder per test session, and a CLI runner."""
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+from PIL import Image
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHROMIUM = shutil.which('chromium')
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason='chromium is not installed (Debian package chromium: make '
+    'system-packages)')
+
+
+def screenshot_in_chromium(path, tmp_path, size):
+  """RGB uint8 [height, width, 3] of the page at `path` as headless Chromium draws it; fails
+  on any console message (the pages have no script: one means an error or a failed load)."""
+  screenshot = tmp_path / 'screenshot.png'
+  result = subprocess.run(
+      [CHROMIUM, '--headless', '--no-sandbox', '--disable-gpu', f'--user-data-dir={tmp_path}',
+       f'--screenshot={screenshot}', f'--window-size={size[0]},{size[1]}',
+       '--enable-logging=stderr', '--v=0', f'file://{os.path.abspath(path)}'],
+      capture_output=True, text=True, timeout=120)
+  assert result.returncode == 0, result.stderr[-3000:]
+  console = [line for line in result.stderr.splitlines()
+             if ':CONSOLE' in line or 'Uncaught' in line]
+  assert not console, console
+  image = np.asarray(Image.open(screenshot).convert('RGB'))
+  assert image.shape == (size[1], size[0], 3)
+  return image
 
 
 @pytest.fixture(scope='session')

@@ -10,7 +10,7 @@ from flax import nnx
 from conftest import ROOT
 
 VARIANTS = [('configs.grapheme', v) for v in ('demo', 'kaggle', 'test')] + [
-    ('configs.fragments', v) for v in ('demo', 'hisfrag20', 'test')]
+    ('configs.fragments', v) for v in ('demo', 'collection', 'hisfrag20', 'test')]
 
 
 @pytest.mark.parametrize('module,variant', VARIANTS)

@@ -10,7 +10,10 @@ from conftest import ROOT, run_module
 FLAGS = {'launch.train': ('config', 'workdir', 'data', 'dry_run', 'traceback'),
          'launch.evaluate': ('config', 'workdir', 'data', 'traceback'),
          'launch.predict': ('config', 'workdir', 'data', 'traceback'),
-         'launch.score_distances': ('distances', 'data', 'out', 'traceback')}
+         'launch.score_distances': ('distances', 'data', 'out', 'traceback'),
+         'launch.index': ('config', 'workdir', 'data', 'collection', 'index', 'traceback'),
+         'launch.search': ('workdir', 'index', 'query', 'query-collection', 'top', 'out',
+                           'traceback')}
 
 
 def listed_flags(stdout):

@@ -1,18 +1,15 @@
 """eval/report.html: per-query retrieval figures against the evaluator, and both tasks' pages
-rendered by headless Chromium (Debian `chromium`, installed by `make system-packages`)."""
+rendered by headless Chromium."""
 import os
 import re
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from bengrapheme import report
+from conftest import needs_chromium, screenshot_in_chromium
 from retrieval import metrics, report as retrieval_report
 
-CHROMIUM = shutil.which('chromium')
 HEADINGS = {
     'grapheme': ['Training curves', 'Seen vs unseen graphemes', 'Per-component recall',
                  'Most confused class pairs', 'Misclassified samples'],
@@ -88,22 +85,9 @@ def test_report_has_every_section_and_is_self_contained(task, request):
   assert not re.search(r'<(script|link)\b|src="(?!data:)', page)  # no outside file needed
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason='chromium is not installed (Debian package '
-                    'chromium: make system-packages)')
+@needs_chromium
 @pytest.mark.parametrize('task', ['grapheme', 'fragment'])
 def test_report_renders_in_headless_chromium(task, request, tmp_path):
-  path = report_path(task, request)
-  screenshot = tmp_path / 'report.png'
-  result = subprocess.run(
-      [CHROMIUM, '--headless', '--no-sandbox', '--disable-gpu', f'--user-data-dir={tmp_path}',
-       f'--screenshot={screenshot}', '--window-size=1200,3000', '--enable-logging=stderr',
-       '--v=0', f'file://{path}'], capture_output=True, text=True, timeout=120)
-  assert result.returncode == 0, result.stderr[-3000:]
-  # The page has no script: any console message (an error, a failed load) is a fault.
-  console = [line for line in result.stderr.splitlines()
-             if ':CONSOLE' in line or 'Uncaught' in line]
-  assert not console, console
-  image = np.asarray(Image.open(screenshot).convert('RGB'))
-  assert image.shape == (3000, 1200, 3)
+  image = screenshot_in_chromium(report_path(task, request), tmp_path, (1200, 3000))
   colours = np.unique(image.reshape(-1, 3)[::7], axis=0)
   assert len(colours) > 100  # text, charts and images drawn, not a blank page

@@ -1,0 +1,47 @@
+"""Indexes a folder of fragment images with a trained encoder, for launch.search.
+
+  python -m launch.index --config configs/fragments.py:demo --workdir W --collection DIR
+
+Every image under DIR (nested folders, any names; jpg, png or tif; colour or grey; black,
+white or transparent outside the fragment) gets the fragment descriptor of the workdir's
+newest checkpoint, with the post-processing the val split chose for it
+(retrieval/index.py). The index goes to WORKDIR/index (or --index). Rerun after adding or
+removing images: only new or changed ones are embedded. An image that cannot be read is
+named, counted and left out.
+"""
+import os
+
+from absl import flags
+
+from launch import cli, flags as launch_flags
+
+COLLECTION = flags.DEFINE_string(
+    'collection', None, 'The folder of fragment images to index (nested folders, any names).')
+INDEX = flags.DEFINE_string('index', None, 'The index folder (default: WORKDIR/index).')
+flags.mark_flag_as_required('collection')
+
+
+def main(argv):
+  del argv
+  from bengrapheme import console, errors, eval_only, files
+  from retrieval import collection, index
+  config = launch_flags.config()
+  if config.task != 'retrieval.task':
+    raise errors.UserError(f'{config.task}: launch.index indexes fragment images; give a '
+                           'fragment config (configs/fragments.py:...)')
+  workdir = launch_flags.WORKDIR.value
+  folder = INDEX.value or os.path.join(workdir, 'index')
+  if files.is_bucket(folder):
+    raise errors.UserError(f'{folder}: an index is written to a local folder; pass --index DIR')
+  listing = collection.list_images(COLLECTION.value)  # before the model, which takes a while
+  _, model = eval_only.trained_model(config, workdir)
+  built, counts = index.build(config, model, workdir, listing, folder)
+  console.show(
+      f'Indexed {len(built.entries.paths):,} images of {listing.root} into '
+      f'{os.path.join(folder, "index.npz")}: {counts["embedded"]:,} embedded now, '
+      f'{counts["reused"]:,} kept from the index before, {counts["dropped"]:,} no longer in '
+      f'the folder dropped, {counts["unreadable"]:,} unreadable (named above).')
+
+
+if __name__ == '__main__':
+  cli.run(main)

@@ -1,0 +1,368 @@
+"""The index of a collection (launch.index): one descriptor per image, for launch.search.
+
+Each image of the collection (retrieval/collection.py) gets the evaluator's fragment
+descriptor: its patches at its own resolution (retrieval/patches.py) embedded by the trained
+encoder, summed, power-normalised and L2-normalised (retrieval/aggregate.py); and, when the
+settings fuse SRS-LBP, its SRS-LBP embedding (retrieval/lbp.py, with a PCA fitted on a sample
+of the collection itself: no labels needed). The settings are those the val split chose for
+this checkpoint (retrieval/evaluate.py's method 'tuned'), read from the workdir's scores, or
+the config's own when it has no val split (a collection trained with surrogate classes).
+
+INDEX/index.npz holds everything search reads: the paths relative to the collection folder,
+each file's size and modification time, the descriptors, the SRS-LBP embeddings and their
+PCA, and a header (checkpoint step, settings, the config, the collection folder). A rerun
+embeds only the images whose path, size or time is new, drops those no longer there, and
+rebuilds everything when the checkpoint, a setting or the config changed. index.npz is
+replaced whole or not at all; meanwhile the images embedded so far are kept in
+INDEX/partial/, a chunk at a time, so an interrupted run loses at most one chunk and its
+rerun goes on from there.
+"""
+import collections
+import concurrent.futures
+import dataclasses
+import io
+import itertools
+import json
+import os
+import shutil
+
+import numpy as np
+
+from bengrapheme import console, errors, evaluation, files, workdir_lock
+from retrieval import aggregate, collection, evaluate, lbp, patches, pca, reader
+
+LAYOUT = 1  # bump when index.npz changes
+CHUNK = 256  # images embedded, then kept in partial/, at a time
+
+
+@dataclasses.dataclass
+class Entries:
+  """Indexed images: row i is paths[i] (relative to the collection folder)."""
+  paths: np.ndarray  # str [N]
+  sizes: np.ndarray  # int64 [N]: bytes
+  mtimes: np.ndarray  # int64 [N]: modification time, ns
+  descriptors: np.ndarray  # float32 [N, D]
+  lbp: np.ndarray  # float32 [N, L]; L = 0 without SRS-LBP fusion
+
+  @staticmethod
+  def empty(dims=0, lbp_dims=0):
+    return Entries(np.array([], str), np.zeros(0, np.int64), np.zeros(0, np.int64),
+                   np.zeros((0, dims), np.float32), np.zeros((0, lbp_dims), np.float32))
+
+  @staticmethod
+  def concat(parts):
+    return Entries(*[np.concatenate([getattr(p, f.name) for p in parts])
+                     for f in dataclasses.fields(Entries)])
+
+  def take(self, rows):
+    return Entries(*[getattr(self, f.name)[rows] for f in dataclasses.fields(Entries)])
+
+  def arrays(self):
+    return {f.name: getattr(self, f.name) for f in dataclasses.fields(Entries)}
+
+
+@dataclasses.dataclass
+class Index:
+  header: dict  # step, settings, chosen_on, fingerprint, config (JSON), root, layout
+  entries: Entries
+  lbp_pca: pca.PCA | None
+
+
+def fingerprint(config, step, settings):
+  """What the descriptors depend on: a different value rebuilds the index."""
+  return json.dumps(dict(layout=LAYOUT, step=int(step), settings=settings, seed=config.seed,
+                         model=config.model.to_dict(), input=config.input.to_dict(),
+                         aggregation=config.eval.aggregation), sort_keys=True, default=str)
+
+
+def _save_npz(path, arrays):
+  buffer = io.BytesIO()
+  np.savez(buffer, **arrays)
+  files.write_atomic(path, buffer.getvalue())
+
+
+def _pca_arrays(fitted):
+  return {} if fitted is None else {f'lbp_pca_{k}': v for k, v in fitted._asdict().items()}
+
+
+def _pca_of(arrays):
+  if 'lbp_pca_mean' not in arrays:
+    return None
+  return pca.PCA(*[arrays[f'lbp_pca_{k}'] for k in pca.PCA._fields])
+
+
+def save(path, index):
+  _save_npz(path, {'header': np.array(json.dumps(index.header)), **index.entries.arrays(),
+                   **_pca_arrays(index.lbp_pca)})
+
+
+def load(path):
+  """The Index in `path` (an index.npz); UserError naming it when it is missing or damaged."""
+  if not os.path.isfile(path):
+    raise errors.UserError(f'{path}: no index; build it first (python -m launch.index '
+                           '--workdir W --collection DIR)')
+  try:
+    with np.load(path) as z:
+      arrays = {k: z[k] for k in z.files}
+    header = json.loads(str(arrays.pop('header')))
+    entries = Entries(*[arrays[f.name] for f in dataclasses.fields(Entries)])
+  except (OSError, ValueError, KeyError) as e:
+    raise errors.UserError(f'{path}: not an index this version reads ({e}); rebuild it with '
+                           'python -m launch.index') from e
+  if header.get('layout') != LAYOUT:
+    raise errors.UserError(f'{path}: index layout {header.get("layout")}, this version reads '
+                           f'{LAYOUT}; rebuild it with python -m launch.index')
+  return Index(header, entries, _pca_of(arrays))
+
+
+# ------------------------------------------------------------------ settings
+
+
+def chosen_settings(config, workdir, step):
+  """(settings, where they were chosen): the val split's choice for checkpoint `step`, read
+  from WORKDIR/eval/metrics.json or the training log; the config's own settings when it has
+  no split to choose on."""
+  if config.eval.aggregation != 'sum':
+    raise errors.UserError(f"eval.aggregation={config.eval.aggregation!r}: an index sums "
+                           "the patch embeddings ('sum'); VLAD's centres are fitted on a "
+                           'whole set, which an index that grows cannot keep')
+  split = config.eval.tune_split
+  if not split:
+    return evaluate.configured_settings(config), 'the config (it names no split to tune on)'
+  rows = []
+  scores = json.loads(files.read_text(files.join(workdir, 'eval', 'metrics.json')) or '{}')
+  if scores.get('step') == step:
+    rows.append(scores.get(split, {}))
+  for line in (files.read_text(files.join(workdir, 'metrics.jsonl')) or '').splitlines():
+    row = json.loads(line)
+    if row.get('step') == step:
+      rows.append({k[len(split) + 1:]: v for k, v in row.items() if k.startswith(split + '/')})
+  for row in rows:
+    if all(f'tuned_settings/{name}' in row for name in evaluate.SETTINGS):
+      settings = {name: row[f'tuned_settings/{name}'] for name in evaluate.SETTINGS}
+      settings.update(whitening_dims=int(settings['whitening_dims']),
+                      rerank_k=int(settings['rerank_k']))
+      return settings, f'{split} (checkpoint step {step})'
+  raise errors.UserError(
+      f'{workdir}: no choice of the post-processing on split {split!r} is recorded for the '
+      f'checkpoint of step {step}; score it first (python -m launch.evaluate --config ... '
+      f'--data DATA --workdir {workdir}), or index with the config\'s own settings '
+      '(--config.eval.tune_split=)')
+
+
+# ------------------------------------------------------------------ embedding
+
+
+class _Patches:
+  """Patches [n, S, S] as the records evaluation.outputs_by_source reads."""
+
+  def __init__(self, rows):
+    self.rows = rows
+
+  def __len__(self):
+    return len(self.rows)
+
+  def __getitem__(self, i):
+    return dict(image=self.rows[i][..., None], index=np.int32(i))
+
+
+def lbp_sample_pca(config, paths, seed):
+  """The SRS-LBP PCA (as the evaluator's, 200 dims), fitted on up to eval.lbp_fit_fragments
+  images drawn from `paths` (absolute); images that cannot be read are left to the main pass
+  to report."""
+  order = np.random.default_rng(seed).permutation(len(paths))[:config.eval.lbp_fit_fragments]
+
+  def one(i):
+    try:
+      return lbp.lbp_features(reader.convert(collection.read_fragment(paths[i]), color=False))
+    except collection.Unreadable:
+      return None
+
+  with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool, \
+      console.Progress(len(order), 'SRS-LBP features for its PCA', unit='image') as progress:
+    features = []
+    for x in pool.map(one, order):
+      if x is not None:
+        features.append(x)
+      progress.update()
+  if len(features) < 2:
+    raise errors.UserError('SRS-LBP fusion needs at least 2 readable images to fit its PCA')
+  features = np.stack(features)
+  return pca.fit(features, min(200, len(features) - 1, features.shape[1]))
+
+
+def embed(config, model, settings, lbp_pca, jobs, on_chunk, progress=None):
+  """Embeds the images `jobs` [(path, name seeding its patches)] in chunks of CHUNK:
+  on_chunk(rows, entries, problems) gets, for each chunk in order, the rows of `jobs` it
+  embedded, their Entries (paths as given; sizes and times left 0) and a message for each
+  image that could not be read."""
+  fuse = settings['fusion_weight'] > 0
+  i = config.input
+
+  def one(job):
+    path, name = job
+    try:
+      rgb = collection.read_fragment(path)
+    except collection.Unreadable as e:
+      return None, None, str(e)
+    cut, _ = patches.extract(rgb, name, size=i.patch_size, max_patches=i.max_patches,
+                             ink_bounds=i.ink_bounds, seed=config.seed)
+    features = lbp.lbp_features(reader.convert(rgb, color=False)) if fuse else None
+    return cut, features, None
+
+  pending = collections.deque()
+
+  def finish(start, results, embeddings):
+    ok = [r for r, (cut, _, _) in enumerate(results) if cut is not None]
+    counts = [len(results[r][0]) for r in ok]
+    if ok:
+      pooled = aggregate.sum_pool(embeddings, np.concatenate([[0], np.cumsum(counts)]))
+      descriptors = aggregate.power_l2(pooled, settings['power'])
+    else:
+      descriptors = np.zeros((0, config.model.embedding_dim), np.float32)
+    lbp_rows = (lbp.embed(lbp_pca, np.stack([results[r][1] for r in ok])) if fuse and ok
+                else np.zeros((len(ok), lbp_pca.components.shape[0] if fuse else 0),
+                              np.float32))
+    names = np.array([jobs[start + r][0] for r in ok], str)
+    entries = Entries(names, np.zeros(len(ok), np.int64), np.zeros(len(ok), np.int64),
+                      descriptors.astype(np.float32), lbp_rows.astype(np.float32))
+    on_chunk([start + r for r in ok], entries, [m for _, _, m in results if m])
+    if progress is not None:
+      progress.update(len(results))
+
+  def sources(pool):
+    for start in range(0, len(jobs), CHUNK):
+      results = list(pool.map(one, jobs[start:start + CHUNK]))
+      cuts = [cut for cut, _, _ in results if cut is not None]
+      if not cuts:
+        finish(start, results, None)
+        continue
+      pending.append((start, results))
+      yield _Patches(np.concatenate(cuts))
+
+  with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
+    for rows in evaluation.outputs_by_source(model, evaluate.embedding_fn(config),
+                                             sources(pool), batch_size=config.eval.batch_size):
+      finish(*pending.popleft(), rows['embedding'])
+
+
+# ------------------------------------------------------------------ building
+
+
+def _stat(root, paths):
+  stats = [os.stat(os.path.join(root, p)) for p in paths]
+  return (np.array([s.st_size for s in stats], np.int64),
+          np.array([s.st_mtime_ns for s in stats], np.int64))
+
+
+def _partial(folder, print_fingerprint):
+  """The chunks an interrupted run kept in folder/partial (Entries, PCA or None), or
+  nothing when they were made for another fingerprint (then they are removed)."""
+  partial = os.path.join(folder, 'partial')
+  meta = os.path.join(partial, 'fingerprint.json')
+  if os.path.isdir(partial) and files.read_text(meta) != print_fingerprint:
+    shutil.rmtree(partial)
+  os.makedirs(partial, exist_ok=True)
+  files.write_atomic(meta, print_fingerprint)
+  chunks, fitted = [], None
+  for name in sorted(os.listdir(partial)):
+    path = os.path.join(partial, name)
+    if name.startswith('chunk-') and name.endswith('.npz'):
+      with np.load(path) as z:
+        chunks.append(Entries(*[z[f.name] for f in dataclasses.fields(Entries)]))
+    elif name == 'lbp_pca.npz':
+      with np.load(path) as z:
+        fitted = _pca_of({k: z[k] for k in z.files})
+  return partial, chunks, fitted
+
+
+def build(config, model, workdir, listing, folder):
+  """Builds or updates the index of the collection.Listing `listing` in `folder` (module
+  docstring); returns (index, counts) with counts embedded / reused / dropped / unreadable."""
+  root = listing.root
+  if listing.others:
+    console.say(f'{len(listing.others):,} files under {root} are not images by their '
+                f'extension ({", ".join(collection.EXTENSIONS)}) and are left out, e.g. '
+                f'{listing.others[0]}')
+  settings, chosen_on = chosen_settings(config, workdir, model.step)
+  console.say(f'Settings chosen on {chosen_on}: ' +
+              ', '.join(f'{k} {v}' for k, v in settings.items()))
+  if settings['rerank_k']:
+    console.say(f'(SGR re-ranking, k={settings["rerank_k"]}, is left to search over the whole '
+                'collection: it needs every pair, so the index holds the plain descriptors)')
+  lock = workdir_lock.FileLock(folder)
+  lock.acquire()
+  try:
+    return _build_locked(config, model, root, folder, listing, settings, chosen_on)
+  finally:
+    lock.release()
+
+
+def _build_locked(config, model, root, folder, listing, settings, chosen_on):
+  stamp = fingerprint(config, model.step, settings)
+  path = os.path.join(folder, 'index.npz')
+  old = load(path) if os.path.exists(path) else None
+  if old is not None and old.header['fingerprint'] != stamp:
+    console.say(f'{path} was built with checkpoint step {old.header["step"]} and other '
+                'settings or config: rebuilding it whole')
+    old = None
+  partial, chunks, fitted = _partial(folder, stamp)
+  known = Entries.concat(([old.entries] if old else []) + chunks) if (old or chunks) else None
+  sizes, mtimes = _stat(root, listing.paths)
+  where = {}
+  if known is not None:  # later chunks win: a file changed since the last index
+    where = {p: r for r, p in enumerate(known.paths.tolist())}
+  reuse = {}
+  for i, p in enumerate(listing.paths):
+    r = where.get(p)
+    if r is not None and known.sizes[r] == sizes[i] and known.mtimes[r] == mtimes[i]:
+      reuse[i] = r
+  todo = [i for i in range(len(listing.paths)) if i not in reuse]
+
+  fuse = settings['fusion_weight'] > 0
+  lbp_pca = (old.lbp_pca if old else fitted) if fuse else None
+  if fuse and lbp_pca is None:
+    lbp_pca = lbp_sample_pca(config, [os.path.join(root, p) for p in listing.paths],
+                             config.seed)
+    _save_npz(os.path.join(partial, 'lbp_pca.npz'), _pca_arrays(lbp_pca))
+
+  new, problems = [], []  # new: (listing rows, Entries) of each chunk
+  # Patches are drawn seeded by the file's name (retrieval/patches.py), as for a query.
+  jobs = [(os.path.join(root, listing.paths[i]), os.path.basename(listing.paths[i]))
+          for i in todo]
+  numbers = itertools.count(len(chunks))
+
+  def on_chunk(rows, entries, messages):
+    for m in messages:
+      console.say(f'Skipping {m}')
+    problems.extend(messages)
+    listed = np.array([todo[r] for r in rows], np.int64)
+    entries.paths = np.array([listing.paths[i] for i in listed], str)
+    entries.sizes, entries.mtimes = sizes[listed], mtimes[listed]
+    _save_npz(os.path.join(partial, f'chunk-{next(numbers):06d}.npz'), entries.arrays())
+    new.append((listed, entries))
+
+  if jobs:
+    with errors.on_ctrl_c(f'Interrupted (Ctrl-C) while indexing {root}: the images embedded so '
+                          f'far are kept in {partial}; rerun the same command to go on.'), \
+        console.Progress(len(jobs), f'embedding {len(jobs):,} images', unit='image') as progress:
+      embed(config, model, settings, lbp_pca, jobs, on_chunk, progress)
+
+  reused = np.array(sorted(reuse), np.int64)
+  parts = [(reused, known.take(np.array([reuse[i] for i in reused.tolist()], np.int64)))
+           if len(reused) else None, *new]
+  parts = [part for part in parts if part is not None]
+  if not parts or not sum(len(rows) for rows, _ in parts):
+    raise errors.UserError(f'{root}: none of its {len(listing.paths):,} images could be read')
+  listed = np.concatenate([rows for rows, _ in parts])
+  entries = Entries.concat([e for _, e in parts]).take(np.argsort(listed, kind='stable'))
+  header = dict(layout=LAYOUT, step=model.step, settings=settings, chosen_on=chosen_on,
+                fingerprint=stamp, config=config.to_json_best_effort(), root=os.path.abspath(root))
+  index = Index(header, entries, lbp_pca)
+  save(os.path.join(folder, 'index.npz'), index)
+  shutil.rmtree(partial)
+  before = set(old.entries.paths.tolist()) if old else set()
+  counts = dict(embedded=sum(len(rows) for rows, _ in new), reused=len(reuse),
+                unreadable=len(problems),
+                dropped=len(before - set(listing.paths)))
+  return index, counts

@@ -1,0 +1,159 @@
+"""launch.index and launch.search on a scholar's folder: nested, renamed, PNG with alpha, one
+unreadable file; an index that grows with the folder; searches from inside and outside it;
+the page in headless Chromium."""
+import os
+import re
+import shutil
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import needs_chromium, run_module, screenshot_in_chromium
+from retrieval import index as index_lib, reader
+
+CONFIG = '--config=configs/fragments.py:test'
+ADDED_LATER = 3
+
+
+def load(workdir):
+  return index_lib.load(os.path.join(workdir, 'index', 'index.npz'))
+
+
+@pytest.fixture(scope='module')
+def scholar(fragment_data, tmp_path_factory):
+  """A collection made of the test writers' fragments, renamed into nested folders, every
+  third one a PNG with a transparent outside; `later` holds fragments to add afterwards."""
+  root = tmp_path_factory.mktemp('collection')
+  folder, later = root / 'images', root / 'later'
+  names = sorted(os.listdir(os.path.join(fragment_data, 'test')))
+  for k, name in enumerate(names):
+    source = os.path.join(fragment_data, 'test', name)
+    target = (later if k < ADDED_LATER else folder / f'box{k % 3}' / ('sub' if k % 2 else ''))
+    target.mkdir(parents=True, exist_ok=True)
+    if k % 3 == 0:
+      rgb = reader.decode(source)
+      alpha = np.where(rgb.max(axis=-1) > reader.BLACK_THRESHOLD, 255, 0).astype(np.uint8)
+      Image.fromarray(np.dstack([rgb, alpha]), 'RGBA').save(target / f'item {k}.png')
+    else:
+      shutil.copy(source, target / f'item {k}.JPG')
+  (folder / 'box1' / 'broken.jpg').write_bytes(b'\xff\xd8 not really a JPEG')
+  (folder / 'notes.txt').write_text('shelf marks')
+  return folder, later
+
+
+def images_in(folder):
+  return sorted(os.path.relpath(os.path.join(d, n), folder) for d, _, names in os.walk(folder)
+                for n in names if not n.endswith(('.txt', 'broken.jpg')))
+
+
+@pytest.fixture(scope='module')
+def indexed(fragment_evaluated, scholar):
+  folder, later = scholar
+  workdir = fragment_evaluated
+  first = run_module('launch.index', CONFIG, '--workdir', workdir, '--collection', folder)
+  index, listed = load(workdir), images_in(folder)
+  for name in os.listdir(later):
+    shutil.copy(later / name, folder / 'box0' / name)
+  second = run_module('launch.index', CONFIG, '--workdir', workdir, '--collection', folder)
+  return dict(workdir=workdir, folder=folder, first=first, index=index, listed=listed,
+              second=second, grown=load(workdir))
+
+
+def test_every_image_is_indexed_and_the_unreadable_one_named(indexed):
+  folder, index = indexed['folder'], indexed['index']
+  out = indexed['first'].stdout + indexed['first'].stderr
+  assert sorted(index.entries.paths.tolist()) == indexed['listed']
+  assert re.search(r'Skipping \S*broken\.jpg: unreadable image', out)
+  assert '1 unreadable' in out and 'notes.txt' in out
+  assert index.header['chosen_on'].startswith('val')  # the val split's choice, not test's
+  assert np.isfinite(index.entries.descriptors).all()
+
+
+def test_a_rerun_embeds_only_the_added_images(indexed):
+  out = indexed['second'].stdout
+  total = len(images_in(indexed['folder']))
+  assert f'{ADDED_LATER} embedded now, {total - ADDED_LATER} kept' in out, out
+  before, after = indexed['index'].entries, indexed['grown'].entries
+  rows = {p: r for r, p in enumerate(after.paths.tolist())}
+  kept = [rows[p] for p in before.paths.tolist()]
+  np.testing.assert_array_equal(after.descriptors[kept], before.descriptors)
+
+
+def test_a_removed_image_leaves_the_index(indexed, tmp_path):
+  folder = tmp_path / 'fewer'
+  shutil.copytree(indexed['folder'], folder)
+  workdir = tmp_path / 'workdir'
+  shutil.copytree(indexed['workdir'], workdir, ignore=shutil.ignore_patterns('index'))
+  run_module('launch.index', CONFIG, '--workdir', workdir, '--collection', folder)
+  gone = images_in(folder)[0]
+  os.remove(folder / gone)
+  out = run_module('launch.index', CONFIG, '--workdir', workdir, '--collection', folder).stdout
+  assert '0 embedded now' in out and '1 no longer in the folder dropped' in out
+  assert gone not in load(workdir).entries.paths.tolist()
+
+
+def test_search_inside_and_outside_the_collection(indexed, tmp_path):
+  workdir, folder = indexed['workdir'], indexed['folder']
+  paths = indexed['grown'].entries.paths.tolist()
+  inside = paths[0]
+  # The same file outside the folder (its name seeds its patches, as inside).
+  outside = tmp_path / 'elsewhere' / os.path.basename(paths[1])
+  outside.parent.mkdir()
+  shutil.copy(folder / paths[1], outside)
+  page = tmp_path / 'found.html'
+  out = run_module('launch.search', '--workdir', workdir, '--query', folder / inside, outside,
+                   '--top', 5, '--out', page).stdout
+  blocks = out.split('\nQuery ')[1:]
+  assert len(blocks) == 2
+  ranked = [[line.split(None, 2)[2] for line in b.splitlines()[1:]
+             if re.match(r'\s+\d+\.', line)] for b in blocks]
+  distances = [[float(line.split()[1]) for line in b.splitlines()[1:]
+                if re.match(r'\s+\d+\.', line)] for b in blocks]
+  assert 'in the collection' in blocks[0] and 'outside the collection' in blocks[1]
+  assert inside not in ranked[0] and len(ranked[0]) == 5
+  assert ranked[1][0] == paths[1]  # embedded afresh, it finds its own copy first
+  assert all(d == sorted(d) for d in distances)
+  html = page.read_text()
+  assert inside in html and paths[1] in html
+  assert not re.search(r'<(script|link)\b|src="(?!data:)', html)  # self-contained
+
+
+def test_closest_pairs_of_the_collection(indexed, tmp_path):
+  page = tmp_path / 'pairs.html'
+  out = run_module('launch.search', '--workdir', indexed['workdir'], '--query-collection',
+                   '--top', 4, '--out', page).stdout
+  rows = [line.split(None, 2) for line in out.splitlines() if re.match(r'\s+\d+\.', line)]
+  assert len(rows) == 4
+  distances = [float(r[1]) for r in rows]
+  assert distances == sorted(distances)
+  pairs = [tuple(r[2].split('  <->  ')) for r in rows]
+  assert all(a != b for a, b in pairs) and len(set(pairs)) == 4
+  assert page.exists()
+
+
+@needs_chromium
+def test_the_search_page_renders_in_headless_chromium(indexed, tmp_path):
+  page = tmp_path / 'page.html'
+  paths = indexed['grown'].entries.paths.tolist()
+  run_module('launch.search', '--workdir', indexed['workdir'], '--query',
+             indexed['folder'] / paths[2], '--top', 6, '--out', page)
+  image = screenshot_in_chromium(page, tmp_path, (1000, 800))
+  colours = np.unique(image.reshape(-1, 3)[::5], axis=0)
+  assert len(colours) > 100  # the query and its matches drawn, not a blank page
+
+
+def test_training_without_labels_on_the_collection_then_indexing_it(scholar, tmp_path):
+  """What a scholar runs to adapt the encoder to their own folder first (surrogate classes:
+  no names to read writers from, nothing to score, settings from the config)."""
+  folder, _ = scholar
+  workdir = tmp_path / 'mine'
+  overrides = [CONFIG, '--config.data.format=collection', '--config.train.labels=surrogate',
+               '--config.eval.every=0', '--config.eval.splits=()', '--config.eval.tune_split=',
+               '--config.train.surrogate_classes=8']
+  trained = run_module('launch.train', *overrides, '--data', folder, '--workdir', workdir)
+  assert re.search(r'Skipping \S*broken\.jpg: unreadable image', trained.stdout + trained.stderr)
+  run_module('launch.index', *overrides, '--workdir', workdir, '--collection', folder)
+  index = load(workdir)
+  assert index.header['chosen_on'].startswith('the config')
+  assert sorted(index.entries.paths.tolist()) == images_in(folder)
