@@ -56,6 +56,9 @@ ACROSS_FAMILIES = (
 FRAGMENT_COLUMNS = (('writer mAP', 'writer/map'), ('writer Top-1', 'writer/top1'),
                     ('writer Pr@10', 'writer/pr10'), ('page mAP', 'page/map'),
                     ('page Top-1', 'page/top1'))
+# bench/collection_hits.py: finding the same hand through an index, as a scholar searches.
+HIT_COLUMNS = (('top 10 hold the same writer', 'hit10'), ('nearest is the same writer', 'top1'),
+               ('queries', 'num_queries'))
 # Issue 27's recipes, each adding one part to the one before (or to the row named).
 ISSUE_27_RECIPES = (
     ('before: 7 Debian fonts, `input.stretch_contrast`', 'grapheme-before-fonts'),
@@ -152,6 +155,14 @@ TABLES = {
         ('other collection: encoder', 'fragments-demo-other', 'test/encoder/'),
         ("other collection: encoder + val's choice", 'fragments-demo-other',
          'test/tuned/'))),
+    'collection-hits': (HIT_COLUMNS, (
+        ('test writers: encoder', 'fragments-collection-hits', 'test/encoder/'),
+        ('test writers: SRS-LBP', 'fragments-collection-hits', 'test/srs_lbp/'),
+        ("test writers: fused at val's weight", 'fragments-collection-hits', 'test/fused/'),
+        ('other draw: encoder', 'fragments-collection-hits-other', 'test/encoder/'),
+        ('other draw: SRS-LBP', 'fragments-collection-hits-other', 'test/srs_lbp/'),
+        ("other draw: fused at val's weight", 'fragments-collection-hits-other',
+         'test/fused/'))),
 }
 
 
@@ -199,7 +210,8 @@ def table(name, page=None):
       scores = load(record_name)['scores']
       if key not in scores:
         raise KeyError(f'bench/records/{record_name}.json has no score {key}')
-      cells.append(f'{scores[key]:.3f}')
+      value = scores[key]
+      cells.append(f'{int(value):,}' if key.endswith('num_queries') else f'{value:.3f}')
       if record_name not in shown:
         shown.append(record_name)
     links = ', '.join(f'[{name}]({os.path.relpath(path_of(name), here)})'.replace(os.sep, '/')

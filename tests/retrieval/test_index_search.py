@@ -157,3 +157,36 @@ def test_training_without_labels_on_the_collection_then_indexing_it(scholar, tmp
   index = load(workdir)
   assert index.header['chosen_on'].startswith('the config')
   assert sorted(index.entries.paths.tolist()) == images_in(folder)
+
+
+def test_an_interrupted_index_keeps_its_chunks_and_the_rerun_goes_on(indexed, tmp_path,
+                                                                     monkeypatch):
+  from bengrapheme import errors, eval_only
+  from configs import fragments
+  from retrieval import collection
+  config = fragments.get_config('test')
+  _, model = eval_only.trained_model(config, indexed['workdir'])
+  listing = collection.list_images(str(indexed['folder']))
+  folder = tmp_path / 'index'
+  monkeypatch.setattr(index_lib, 'CHUNK', 4)
+  save, saved = index_lib._save_npz, []
+
+  def save_then_stop(path, arrays):  # Ctrl-C once two chunks are kept
+    save(path, arrays)
+    saved.append(path)
+    if sum('chunk-' in str(p) for p in saved) == 2:
+      raise KeyboardInterrupt
+
+  monkeypatch.setattr(index_lib, '_save_npz', save_then_stop)
+  with pytest.raises(errors.Interrupted, match='rerun the same command to go on'):
+    index_lib.build(config, model, indexed['workdir'], listing, str(folder))
+  assert not (folder / 'index.npz').exists()  # whole or not at all
+  monkeypatch.setattr(index_lib, '_save_npz', save)
+  index, counts = index_lib.build(config, model, indexed['workdir'], listing, str(folder))
+  assert counts['reused'] == 8 and counts['embedded'] == len(listing.paths) - 1 - 8
+  assert not (folder / 'partial').exists()
+  grown = indexed['grown'].entries
+  rows = {p: r for r, p in enumerate(grown.paths.tolist())}
+  np.testing.assert_allclose(index.entries.descriptors,
+                             grown.descriptors[[rows[p] for p in index.entries.paths]],
+                             rtol=1e-5, atol=1e-6)
