@@ -35,7 +35,9 @@ class MetricLogger:
   def write(self, step, scalars):
     if not self.active:
       return
-    scalars = {k: float(v) for k, v in scalars.items()}
+    # Curves are numbers; a score's label (the split that chose a setting) stays in
+    # eval/metrics.json.
+    scalars = {k: float(v) for k, v in scalars.items() if not isinstance(v, str)}
     self.lines.append(json.dumps({'step': int(step), **scalars}) + '\n')
     # Rewritten whole each time (a few hundred kB at most): buckets cannot append, and the
     # file is never left with a torn line.

@@ -255,15 +255,15 @@ def _stat(root, paths):
           np.array([s.st_mtime_ns for s in stats], np.int64))
 
 
-def _partial(folder, print_fingerprint):
+def _partial(folder, stamp):
   """The chunks an interrupted run kept in folder/partial (Entries, PCA or None), or
   nothing when they were made for another fingerprint (then they are removed)."""
   partial = os.path.join(folder, 'partial')
   meta = os.path.join(partial, 'fingerprint.json')
-  if os.path.isdir(partial) and files.read_text(meta) != print_fingerprint:
+  if os.path.isdir(partial) and files.read_text(meta) != stamp:
     shutil.rmtree(partial)
   os.makedirs(partial, exist_ok=True)
-  files.write_atomic(meta, print_fingerprint)
+  files.write_atomic(meta, stamp)
   chunks, fitted = [], None
   for name in sorted(os.listdir(partial)):
     path = os.path.join(partial, name)
@@ -288,8 +288,8 @@ def build(config, model, workdir, listing, folder):
   console.say(f'Settings chosen on {chosen_on}: ' +
               ', '.join(f'{k} {v}' for k, v in settings.items()))
   if settings['rerank_k']:
-    console.say(f'(SGR re-ranking, k={settings["rerank_k"]}, is left to search over the whole '
-                'collection: it needs every pair, so the index holds the plain descriptors)')
+    console.say(f'(SGR re-ranking, k={settings["rerank_k"]}, is not applied: it rebuilds every '
+                "image's neighbourhood from all pairs of the collection)")
   lock = workdir_lock.FileLock(folder)
   lock.acquire()
   try:

@@ -1,6 +1,7 @@
 """launch.index and launch.search on a scholar's folder: nested, renamed, PNG with alpha, one
 unreadable file; an index that grows with the folder; searches from inside and outside it;
 the page in headless Chromium."""
+import json
 import os
 import re
 import shutil
@@ -190,3 +191,16 @@ def test_an_interrupted_index_keeps_its_chunks_and_the_rerun_goes_on(indexed, tm
   np.testing.assert_allclose(index.entries.descriptors,
                              grown.descriptors[[rows[p] for p in index.entries.paths]],
                              rtol=1e-5, atol=1e-6)
+
+
+def test_training_evaluations_log_the_val_choice_that_the_index_reads(fragment_data, scholar,
+                                                                      tmp_path):
+  """Without launch.evaluate: the val choice of the last in-training evaluation, from
+  metrics.jsonl (the split that chose is a label, kept out of the curves)."""
+  workdir = tmp_path / 'workdir'
+  run_module('launch.train', CONFIG, '--data', fragment_data, '--workdir', workdir,
+             '--config.eval.every=6')
+  rows = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
+  assert any('val/tuned_settings/fusion_weight' in row for row in rows)
+  run_module('launch.index', CONFIG, '--workdir', workdir, '--collection', scholar[0])
+  assert load(workdir).header['chosen_on'] == 'val (checkpoint step 6)'
