@@ -28,8 +28,10 @@ flags.mark_flag_as_required('workdir')
 
 
 def main(argv):
+  from absl import logging
   from bengrapheme import console, errors
   from retrieval import search
+  logging.set_verbosity(logging.WARNING)  # as the other entry points: no Orbax INFO lines
   queries = QUERY.value + argv[1:]
   if bool(queries) == QUERY_COLLECTION.value:
     raise errors.UserError('give either --query FILE [FILE ...] or --query-collection')

@@ -169,10 +169,12 @@ QUERY_COLOUR, MATCH_COLOUR = '#1f77b4', '#999999'
 
 def _intro(folder, index):
   h = index.header
-  settings = ', '.join(f'{k} {v}' for k, v in h['settings'].items())
+  settings = ', '.join(f'{k} {v}' for k, v in h['settings'].items() if k != 'rerank_k')
+  skipped = (f' (SGR re-ranking, k={h["settings"]["rerank_k"]}, not applied: it needs every '
+             'pair)' if h['settings']['rerank_k'] else '')
   return (f'Index {folder}: {len(index.entries.paths):,} images of {h["root"]}, checkpoint '
-          f'step {h["step"]:,}, settings chosen on {h["chosen_on"]}: {settings}. Distances: '
-          'lower is closer (z-normalised; retrieval/search.py).')
+          f'step {h["step"]:,}, settings chosen on {h["chosen_on"]}: {settings}{skipped}. '
+          'Distances: lower is closer (z-normalised; retrieval/search.py).')
 
 
 def _write(out, title, intro, groups):
