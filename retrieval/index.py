@@ -167,9 +167,9 @@ class _Patches:
 
 
 def lbp_sample_pca(config, paths, seed):
-  """The SRS-LBP PCA (as the evaluator's, 200 dims), fitted on up to eval.lbp_fit_fragments
-  images drawn from `paths` (absolute); images that cannot be read are left to the main pass
-  to report."""
+  """(the SRS-LBP PCA (as the evaluator's, 200 dims) fitted on up to eval.lbp_fit_fragments
+  images drawn from `paths` (absolute), {path: their SRS-LBP features}); images that cannot
+  be read are left to the main pass to report."""
   order = np.random.default_rng(seed).permutation(len(paths))[:config.eval.lbp_fit_fragments]
 
   def one(i):
@@ -180,22 +180,23 @@ def lbp_sample_pca(config, paths, seed):
 
   with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool, \
       console.Progress(len(order), 'SRS-LBP features for its PCA', unit='image') as progress:
-    features = []
-    for x in pool.map(one, order):
+    found = {}
+    for i, x in zip(order, pool.map(one, order)):
       if x is not None:
-        features.append(x)
+        found[paths[i]] = x
       progress.update()
-  if len(features) < 2:
+  if len(found) < 2:
     raise errors.UserError('SRS-LBP fusion needs at least 2 readable images to fit its PCA')
-  features = np.stack(features)
-  return pca.fit(features, min(200, len(features) - 1, features.shape[1]))
+  features = np.stack(list(found.values()))
+  return pca.fit(features, min(200, len(features) - 1, features.shape[1])), found
 
 
-def embed(config, model, settings, lbp_pca, jobs, on_chunk, progress=None):
+def embed(config, model, settings, lbp_pca, jobs, on_chunk, progress=None, lbp_known=None):
   """Embeds the images `jobs` [(path, name seeding its patches)] in chunks of CHUNK:
   on_chunk(rows, entries, problems) gets, for each chunk in order, the rows of `jobs` it
   embedded, their Entries (paths as given; sizes and times left 0) and a message for each
-  image that could not be read."""
+  image that could not be read. lbp_known: {path: SRS-LBP features} computed already."""
+  lbp_known = lbp_known or {}
   fuse = settings['fusion_weight'] > 0
   i = config.input
 
@@ -207,7 +208,11 @@ def embed(config, model, settings, lbp_pca, jobs, on_chunk, progress=None):
       return None, None, str(e)
     cut, _ = patches.extract(rgb, name, size=i.patch_size, max_patches=i.max_patches,
                              ink_bounds=i.ink_bounds, seed=config.seed)
-    features = lbp.lbp_features(reader.convert(rgb, color=False)) if fuse else None
+    features = None
+    if fuse:
+      features = lbp_known.pop(path, None)
+      if features is None:
+        features = lbp.lbp_features(reader.convert(rgb, color=False))
     return cut, features, None
 
   pending = collections.deque()
@@ -321,9 +326,10 @@ def _build_locked(config, model, root, folder, listing, settings, chosen_on):
 
   fuse = settings['fusion_weight'] > 0
   lbp_pca = (old.lbp_pca if old else fitted) if fuse else None
+  lbp_known = {}  # the PCA sample's features, not computed twice
   if fuse and lbp_pca is None:
-    lbp_pca = lbp_sample_pca(config, [os.path.join(root, p) for p in listing.paths],
-                             config.seed)
+    lbp_pca, lbp_known = lbp_sample_pca(
+        config, [os.path.join(root, p) for p in listing.paths], config.seed)
     _save_npz(os.path.join(partial, 'lbp_pca.npz'), _pca_arrays(lbp_pca))
 
   new, problems = [], []  # new: (listing rows, Entries) of each chunk
@@ -346,7 +352,7 @@ def _build_locked(config, model, root, folder, listing, settings, chosen_on):
     with errors.on_ctrl_c(f'Interrupted (Ctrl-C) while indexing {root}: the images embedded so '
                           f'far are kept in {partial}; rerun the same command to go on.'), \
         console.Progress(len(jobs), f'embedding {len(jobs):,} images', unit='image') as progress:
-      embed(config, model, settings, lbp_pca, jobs, on_chunk, progress)
+      embed(config, model, settings, lbp_pca, jobs, on_chunk, progress, lbp_known)
 
   reused = np.array(sorted(reuse), np.int64)
   parts = [(reused, known.take(np.array([reuse[i] for i in reused.tolist()], np.int64)))
