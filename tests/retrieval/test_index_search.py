@@ -81,7 +81,7 @@ def test_a_rerun_embeds_only_the_added_images(indexed):
   np.testing.assert_array_equal(after.descriptors[kept], before.descriptors)
 
 
-def test_a_removed_image_leaves_the_index(indexed, tmp_path):
+def test_a_removed_image_leaves_the_index_and_another_setting_rebuilds_it(indexed, tmp_path):
   folder = tmp_path / 'fewer'
   shutil.copytree(indexed['folder'], folder)
   workdir = tmp_path / 'workdir'
@@ -92,6 +92,9 @@ def test_a_removed_image_leaves_the_index(indexed, tmp_path):
   out = run_module('launch.index', CONFIG, '--workdir', workdir, '--collection', folder).stdout
   assert '0 embedded now' in out and '1 no longer in the folder dropped' in out
   assert gone not in load(workdir).entries.paths.tolist()
+  out = run_module('launch.index', CONFIG, '--config.input.max_patches=4', '--workdir', workdir,
+                   '--collection', folder).stdout
+  assert 'rebuilding it whole' in out and f'{len(images_in(folder))} embedded now' in out
 
 
 def test_search_inside_and_outside_the_collection(indexed, tmp_path):
@@ -199,7 +202,7 @@ def test_training_evaluations_log_the_val_choice_that_the_index_reads(fragment_d
   metrics.jsonl (the split that chose is a label, kept out of the curves)."""
   workdir = tmp_path / 'workdir'
   run_module('launch.train', CONFIG, '--data', fragment_data, '--workdir', workdir,
-             '--config.eval.every=6')
+             '--config.eval.every=6', "--config.eval.splits=('val',)")
   rows = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
   assert any('val/tuned_settings/fusion_weight' in row for row in rows)
   run_module('launch.index', CONFIG, '--workdir', workdir, '--collection', scholar[0])
