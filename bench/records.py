@@ -76,7 +76,8 @@ ISSUE_27_RECIPES = (
     ('`render.fraction=0.75` instead', 'grapheme-nowhole-render0.75'),
     ('+ 48,000 rendered images instead of 16,000', 'grapheme-demo-now-images48k'),
     ('+ 2,800 steps instead of 2,000', 'grapheme-demo-now-steps2800'),
-    ('+ 4,000 steps instead of 2,800: `make demo`', 'grapheme-demo-now-steps4000'))
+    ('+ 4,000 steps instead of 2,800: `make demo`', 'grapheme-demo-now-steps4000'),
+    ('the same with `train.ema_decay=0.999` (not chosen)', 'grapheme-demo-now-ema'))
 # table -> (columns (header, key) or (header, record suffix, key), rows (label, record, key
 # prefix of the row's scores)).
 TABLES = {

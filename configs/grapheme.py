@@ -59,7 +59,7 @@ def get_config(arg='demo'):
   # (records grapheme-hand-*, docs/graphemes.md).
   c.aug.update(affine=True, grid_mask_prob=0.0, mix_prob=0.0)
   # 4,000 steps: the validation family chose them over 2,000 and 2,800 (records
-  # grapheme-demo-now-steps*); about 10 minutes of training alone on 2 cores.
+  # grapheme-demo-now-steps*); about 12 minutes of training on 2 cores.
   c.train.update(steps=4000, batch_size=128, lr=2e-3, warmup_steps=100, log_every=50,
                  checkpoint_every=250)
   # tune_split: the split whose scores include the prediction rule's best settings.
