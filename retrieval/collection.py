@@ -61,8 +61,11 @@ def list_images(root):
   return Listing(root, sorted(paths), sorted(others))
 
 
-def _to_uint8(image):
-  """RGBA uint8 [H, W, 4] of any Pillow mode (16-bit and float greys scaled to their range)."""
+def open_rgba(path):
+  """The image as a person sees it: RGBA uint8 [H, W, 4], EXIF rotation applied (phone photos
+  carry theirs), 16-bit and float greys scaled to their range."""
+  with Image.open(path) as opened:
+    image = ImageOps.exif_transpose(opened)
   if image.mode in ('I;16', 'I;16B', 'I;16L', 'I', 'F'):
     grey = np.asarray(image, np.float64)
     low, high = grey.min(), grey.max()
@@ -93,8 +96,7 @@ def read_fragment(path):
   if os.path.getsize(path) == 0:
     raise Unreadable(f'{path}: empty file (0 bytes)')
   try:
-    with Image.open(path) as image:
-      rgba = _to_uint8(ImageOps.exif_transpose(image))  # phone photos carry their rotation
+    rgba = open_rgba(path)
   except _ERRORS as e:
     raise Unreadable(f'{path}: unreadable image ({e})') from e
   outside = outside_mask(rgba)

@@ -17,7 +17,7 @@ import os
 
 import ml_collections
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image
 
 from bengrapheme import errors, eval_only, files, report
 from retrieval import collection, index as index_lib, metrics, pca
@@ -126,9 +126,7 @@ def closest_pairs(searcher, top):
 
 
 def load_display(path):
-  """The image as a person sees it (alpha kept), RGBA uint8."""
-  with Image.open(path) as image:
-    return Image.fromarray(collection._to_uint8(ImageOps.exif_transpose(image)))
+  return Image.fromarray(collection.open_rgba(path))
 
 
 def _figure(image, scale, colour, caption):
