@@ -25,8 +25,10 @@ import signal
 import grain
 import jax
 import orbax.checkpoint as ocp
+import numpy as np
 from absl import logging as absl_logging
 from etils import epath
+from flax import nnx
 from jax.experimental import multihost_utils
 
 from bengrapheme import console, errors, files
@@ -300,6 +302,51 @@ def out_of_space_message(workdir, error):
           f'{str(error)[:600]}\nTraining stopped; {kept}. Free space (or keep fewer '
           'checkpoints: --config.train.keep_checkpoints) and rerun the same command to '
           'resume.')
+
+
+def backbone_state(workdir, backbone):
+  """The nnx.State of `backbone`'s variables from the newest checkpoint of another run of this
+  project (`model.init_from` naming a workdir, e.g. MaskFeat pre-training's): the subtree
+  'backbone' of its parameters and model state. `backbone` may be abstract (nnx.eval_shape).
+  Raises ModelMismatchError naming the first differences when that run's backbone is
+  another architecture or size."""
+  step = newest_step(workdir)
+  if step is None:
+    raise NoCheckpoint(f'model.init_from={workdir!r}: no checkpoint in {directory(workdir)}')
+  mngr = manager(workdir, read_only=True)
+  try:
+    # No target: the saved arrays as they are (their optimizer state and heads are not ours).
+    saved = mngr.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore()))['state']
+  finally:
+    mngr.close()
+  found = {**saved.get('model_state', {}).get('backbone', {}),
+           **saved['params'].get('backbone', {})}
+  wanted = nnx.state(backbone)
+  flat_saved = {k.removesuffix('/value'): v for k, v in _flat(found).items()}
+  flat_wanted = _flat(wanted.to_pure_dict())
+  problems = [f'{k}: not in the checkpoint' for k in sorted(flat_wanted.keys() - flat_saved.keys())]
+  problems += [f'{k}: only in the checkpoint' for k in sorted(flat_saved.keys() - flat_wanted.keys())]
+  problems += [f'{k}: shape {tuple(flat_saved[k].shape)} in the checkpoint, '
+               f'{tuple(flat_wanted[k].shape)} in this config'
+               for k in sorted(flat_saved.keys() & flat_wanted.keys())
+               if tuple(flat_saved[k].shape) != tuple(flat_wanted[k].shape)]
+  if problems:
+    shown = '; '.join(problems[:6]) + (f'; and {len(problems) - 6} more'
+                                       if len(problems) > 6 else '')
+    raise ModelMismatchError(f'model.init_from={workdir!r}: step {step} holds another backbone '
+                             f'than this config builds ({shown}); give model.args as that run '
+                             'had them (its config.json)')
+  pure = jax.tree_util.tree_map_with_path(
+      lambda path, _: np.asarray(flat_saved['/'.join(str(getattr(k, 'key', k)) for k in path)]),
+      wanted.to_pure_dict())
+  wanted.replace_by_pure_dict(pure)
+  return wanted
+
+
+def _flat(tree):
+  leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+  return {'/'.join(str(getattr(k, 'key', k)) for k in path): leaf for path, leaf in leaves}
 
 
 def abstract(tree):

@@ -23,6 +23,9 @@ def config():
           # zero for its first backbone_frozen_steps steps (the new heads learn first; the
           # backbone's BatchNorm statistics still adapt to the data meanwhile).
           backbone_lr_scale=1.0, backbone_frozen_steps=0,
+          # Below 1: layer-wise decay, backbone block i of L learns at lr x this^(L - i),
+          # its stem at lr x this^(L + 1) (train.scale_by_layer; ViT fine-tuning).
+          layer_decay=1.0,
           skip_nonfinite=False, log_every=50, checkpoint_every=250, keep_checkpoints=3,
           # (first, last): write a jax.profiler trace of these steps to WORKDIR/profile.
           profile_steps=(0, 0)),

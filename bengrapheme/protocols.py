@@ -39,6 +39,15 @@ class Predictor(Protocol):
     """Writes the submission file from an evaluation.TrainedModel; returns its path."""
 
 
+class DataInit(Protocol):
+  """Optional: parameters that start from the data (NetRVLAD's k-means centres)."""
+
+  def init_from_data(self, config, workdir, graphdef, state, mesh) -> Any:
+    """The train state of a fresh run, changed where the data says (e.g. parameters fitted
+    on features of training examples); called once, before the first step, never on a
+    resume (the checkpoint carries what it set)."""
+
+
 class Evaluator(Protocol):
 
   def run(self, model) -> tuple[dict, Any]:

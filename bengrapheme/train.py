@@ -56,21 +56,61 @@ def optimizer(config):
         lambda path, _: 'backbone' if path[0].key == 'backbone' else 'rest', params)
     tx = optax.chain(tx, optax.multi_transform(
         {'backbone': optax.scale_by_schedule(factor), 'rest': optax.identity()}, part))
+  if t.layer_decay != 1:
+    tx = optax.chain(tx, scale_by_layer(t.layer_decay))
   return tx, schedule
+
+
+def layer_factors(params, decay):
+  """{param: decay ** (depth + 1 - layer)}: layer 0 the backbone's stem (patch embedding,
+  position table, class token), layer i + 1 its block i, layer depth + 1 its final norm and
+  everything outside the backbone (the heads)."""
+  blocks = params['backbone']['blocks'] if 'backbone' in params else None
+  if blocks is None:
+    raise ValueError(f'train.layer_decay={decay}: needs a backbone with a list of blocks '
+                     '(e.g. model.name=vit)')
+  depth = len(blocks)
+
+  def factor(path, _):
+    keys = [str(getattr(k, 'key', k)) for k in path]
+    if keys[0] != 'backbone' or keys[1] == 'norm':
+      layer = depth + 1
+    elif keys[1] == 'blocks':
+      layer = int(keys[2]) + 1
+    else:
+      layer = 0
+    return decay ** (depth + 1 - layer)
+  return jax.tree_util.tree_map_with_path(factor, params)
+
+
+def scale_by_layer(decay):
+  """Layer-wise learning-rate decay (BEiT, Bao et al. 2022; SAGHOG's fine-tune: 0.25):
+  AdamW's update (weight decay included) scaled by layer_factors, so the blocks nearest the
+  input, whose pre-trained features are the most general, move least."""
+  def update(updates, state, params=None):
+    del params
+    factors = layer_factors(updates, decay)
+    return jax.tree.map(lambda u, f: u * f, updates, factors), state
+  return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
 def init_state(config, task, mesh, pretrained=True):
   """Builds the sharded train state directly on the devices; returns (graphdef, state).
 
   With `pretrained` and config.model.init_from set, the backbone starts from that PyTorch
-  state_dict (bengrapheme/models/pytorch_weights.py), checked against the model before any
-  device work. A restored checkpoint replaces it, so evaluation passes pretrained=False and
-  needs no weight file."""
+  state_dict (bengrapheme/models/pytorch_weights.py) or, when it names a folder, from the
+  backbone of that workdir's newest checkpoint (a run of this project: MaskFeat pre-training
+  for a fragment fine-tune), checked against the model before any device work. A restored
+  checkpoint replaces it, so evaluation passes pretrained=False and needs no weight file."""
   tx, _ = optimizer(config)
   abstract = nnx.eval_shape(lambda: task.make_model(config, nnx.Rngs(0)))
   loaded = None
   if pretrained and config.model.init_from:
-    loaded = pytorch_weights.backbone_state(abstract.backbone, config.model.init_from)
+    source = config.model.init_from
+    if os.path.isdir(source) or (files.is_bucket(source) and not os.path.splitext(source)[1]):
+      loaded = checkpoint.backbone_state(source, abstract.backbone)
+    else:
+      loaded = pytorch_weights.backbone_state(abstract.backbone, source)
 
   def init(loaded):  # an argument, not a constant folded into the compiled init
     model = task.make_model(config, nnx.Rngs(config.seed))
@@ -278,6 +318,8 @@ def _train(config, workdir, task, cleanup):
     state = restored
     carried = checkpoint.saved_log(ckpt, restored_step)
     console.say(f'Resumed from {workdir} at step {restored_step}.')
+  elif hasattr(task, 'init_from_data'):  # optional (protocols.DataInit), on a fresh start only
+    state = task.init_from_data(config, workdir, graphdef, state, mesh)
   save_config(config, workdir)  # only now: a refused checkpoint keeps its own config.json
   start = int(jax.device_get(state['step']))
 

@@ -26,12 +26,15 @@ DATA holds train/ and test/ folders of WID_PID_FID.jpg fragments (the HisFrag20 
 import ml_collections
 
 from bengrapheme import defaults
+from configs import maskfeat
+
+VARIANTS = ('demo', 'collection', 'hisfrag20', 'saghog', 'saghog_demo', 'test',
+            'saghog_test')
 
 
 def get_config(arg='demo'):
-  if arg not in ('demo', 'collection', 'hisfrag20', 'test'):
-    raise ValueError(f'configs/fragments.py:{arg}: expected one of demo, collection, '
-                     'hisfrag20, test')
+  if arg not in VARIANTS:
+    raise ValueError(f'configs/fragments.py:{arg}: expected one of {", ".join(VARIANTS)}')
   c = defaults.config()  # the trainer's fields; what follows is this task's
   c.task = 'retrieval.task'
   # data.dir holds train/ and test/; format='tfds' reads retrieval/tfds_hisfrag20.py's build,
@@ -46,7 +49,7 @@ def get_config(arg='demo'):
   # A CIFAR ResNet-20 (bengrapheme/models/cifar_resnet.py) -> GeM -> 64-d, per patch.
   c.model = dict(
       name='cifar_resnet', args=dict(depth=20, width=16, dtype='float32'),
-      pooling='gem', netvlad_clusters=16, embedding_dim=64,
+      pooling='gem', netvlad_clusters=16, vlad_intra_norm=True, embedding_dim=64,
       # A PyTorch state_dict (torchvision or timm names) for the backbone to start from
       # (bengrapheme/models/pytorch_weights.py; docs/pretrained-weights.md).
       init_from='')
@@ -99,6 +102,37 @@ def get_config(arg='demo'):
                    warmup_steps=1000, ema_decay=0.999, log_every=100, checkpoint_every=1000,
                    surrogate_classes=5000, backbone_lr_scale=0.1, backbone_frozen_steps=1000)
     c.eval.update(every=5000, batch_size=4096, lbp_fit_fragments=5000)
+  elif arg in ('saghog', 'saghog_demo', 'saghog_test'):
+    # SAGHOG (Peer et al. 2024; marco-peer/icdar24 config/finetune_maskfeat_hisfrag.yml): the
+    # ViT trunk of configs/maskfeat.py, pre-trained there (model.init_from=its workdir; '' to
+    # train from scratch), NetRVLAD over its token map (centres by k-means on the trunk's
+    # features of training patches), multi-similarity on surrogate classes, AdamW with
+    # layer-wise decay (each block nearer the input learns at a quarter of the next one's
+    # rate), fragment descriptors summed, power 0.4 and PCA-whitened (to 512 at full scale).
+    # Its code does not intra-normalise NetRVLAD (random=True); neither do these.
+    size = {'saghog': 'hisfrag20', 'saghog_demo': 'demo', 'saghog_test': 'test'}[arg]
+    c.model.update(name='vit', args=maskfeat.vit_args(size), pooling='netrvlad',
+                   vlad_intra_norm=False)
+    c.train.update(layer_decay=0.25, weight_decay=0.01, labels='surrogate')
+    c.eval.update(power=0.4)
+    if arg == 'saghog':
+      c.data.val_writers = 0.1
+      c.input.max_patches = 128
+      # 100 clusters of the 512-d tokens; the projection keeps 512 dims, the fragment
+      # descriptor's PCA-whitening dims.
+      c.model.update(netvlad_clusters=100, embedding_dim=512)
+      # 30 epochs of 1,024,000 patches at batch 1,024 (16 a class), 5 of them warm-up.
+      c.train.update(steps=30000, batch_size=1024, writers_per_batch=64, lr=1e-3,
+                     warmup_steps=5000, log_every=100, checkpoint_every=1000,
+                     surrogate_classes=5000)
+      c.eval.update(every=5000, batch_size=4096, lbp_fit_fragments=5000)
+    elif arg == 'saghog_test':
+      c.input.update(max_patches=8, num_threads=2)
+      c.model.update(netvlad_clusters=4, embedding_dim=16)
+      c.train.update(steps=6, batch_size=16, writers_per_batch=4, warmup_steps=2, log_every=2,
+                     checkpoint_every=2, keep_checkpoints=10, surrogate_classes=20)
+      c.data.val_writers = 0.34
+      c.eval.update(every=0, batch_size=64, lbp_fit_fragments=40, whitening_dims=8)
   elif arg == 'collection':
     # The demo's training on any folder of images (retrieval/collection.py): no writer
     # labels, so surrogate classes, and no split to score or to choose the post-processing

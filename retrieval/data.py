@@ -114,7 +114,7 @@ def _raw_to_npy(raw, path, shape):
   os.remove(raw)
 
 
-def _data_dir(config):
+def data_dir(config):
   if config.data.format == COLLECTION:
     if not config.data.dir:
       raise reader.DataError('no data: pass --data DIR (a folder of fragment images, any '
@@ -160,7 +160,7 @@ def listing(config, split):
     raise ValueError(f"split {split!r}: expected 'train', 'val' or 'test'")
   folder_split = 'train' if split == 'val' else split
   size, color = config.input.patch_size, False
-  location = _data_dir(config)
+  location = data_dir(config)
   if config.data.format == COLLECTION:
     if split != 'train':
       raise evaluation.Unlabelled(
@@ -271,12 +271,12 @@ def check_data(config):
   empty or holds something other than WID_PID_FID.jpg fragments; a TFDS build is checked
   when it is opened."""
   if config.data.format == 'folder':
-    reader.list_fragments(os.path.join(_data_dir(config), 'train'))
+    reader.list_fragments(os.path.join(data_dir(config), 'train'))
   elif config.data.format == COLLECTION:
     if config.train.labels != 'surrogate':
-      raise reader.DataError(f"data.format='collection' ({_data_dir(config)}) has no writer "
+      raise reader.DataError(f"data.format='collection' ({data_dir(config)}) has no writer "
                              'labels: train it with --config.train.labels=surrogate')
-    collection.list_images(_data_dir(config))
+    collection.list_images(data_dir(config))
 
 
 def train_data(config, workdir, local_batch):

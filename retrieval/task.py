@@ -2,9 +2,10 @@
 
 Each piece lives in the file named for it: data (fragment cache, P x K batches), model (the
 encoder), losses (triplet losses), evaluate (the evaluator: encoder vs SRS-LBP, distance
-export). Retrieval has no submission format, so there is no predictor.
+export); model.init_from_data fits NetRVLAD's centres before the first step. Retrieval has no
+submission format, so there is no predictor.
 """
 from retrieval.data import check_data, random_batch, train_data  # noqa: F401
 from retrieval.evaluate import Evaluator as evaluator  # noqa: F401
 from retrieval.losses import loss  # noqa: F401
-from retrieval.model import make_model  # noqa: F401
+from retrieval.model import init_from_data, make_model  # noqa: F401

@@ -150,7 +150,11 @@ class Model(nnx.Module):
     self.norm = _norm(width, dtype, rngs)
     self.features = width
 
-  def __call__(self, x, train=False):
+  def __call__(self, x, train=False, mask=None, mask_token=None):
+    """mask [B, tokens] bool, with mask_token [width]: the masked patches' tokens are
+    replaced by mask_token before the position embedding (MaskFeat's input, Wei et al.
+    2022). The token is the caller's parameter, so the trunk's parameters are the same
+    with or without masking and a pre-trained trunk loads into a fine-tuned model as is."""
     del train  # no dropout or batch statistics
     batch, height, width = x.shape[:3]
     if height % self.patch or width % self.patch:
@@ -162,6 +166,8 @@ class Model(nnx.Module):
                        f'learnt position embedding is for {self.grid[0]}x{self.grid[1]} '
                        '(model.image_size)')
     x = self.patch_embed(x).reshape(batch, grid[0] * grid[1], -1)
+    if mask is not None:
+      x = jnp.where(mask[..., None], jnp.asarray(mask_token, x.dtype), x)
     if self.pos_embed is None:
       x = x + jnp.asarray(sincos_table(*grid, x.shape[-1]), x.dtype)
     prefix = 0

@@ -27,8 +27,12 @@ STEPS = 16
 # EMA and gradient accumulation on, so that their state is part of what must resume exactly.
 EXACT = ['--config.train.checkpoint_every=4', '--config.train.log_every=1',
          '--config.train.ema_decay=0.9', '--config.train.grad_accum_steps=2']
+# maskfeat: the pre-training task; saghog: the ViT fine-tune (NetRVLAD centres fitted on the
+# data before step 1, layer-wise decay).
 TASKS = {'grapheme': ('configs/grapheme.py:test', 'grapheme_data'),
-         'fragments': ('configs/fragments.py:test', 'fragment_data')}
+         'fragments': ('configs/fragments.py:test', 'fragment_data'),
+         'maskfeat': ('configs/maskfeat.py:test', 'fragment_data'),
+         'saghog': ('configs/fragments.py:saghog_test', 'fragment_data')}
 
 
 def train_args(task, data, workdir, steps=STEPS, extra=()):

@@ -1,0 +1,73 @@
+"""The MaskFeat evaluator: how well the trunk predicts held-out patches' HOG, and how well its
+features already retrieve writers (a k-NN probe, no training).
+
+  reconstruction  the masked HOG error (the training loss) on every patch of the split, each
+                  with its own mask drawn from (seed, patch index): the same masks at every
+                  evaluation, so the curve compares checkpoints;
+  probe           writer and page retrieval of fragment descriptors built from the trunk as
+                  it is: the mean token of each patch (no mask), summed over the fragment's
+                  patches, power-normalised (eval.power) and L2 (retrieval/aggregate.py),
+                  each fragment a query against all others (retrieval/metrics.py).
+'score' is the probe's writer mAP: a pre-trained trunk is wanted for retrieval, and the loss
+can fall on what retrieval does not need.
+"""
+import jax
+import numpy as np
+
+from bengrapheme import evaluation, report
+from retrieval import aggregate, data, metrics
+from retrieval.evaluate import labelings
+from retrieval.maskfeat import losses
+from retrieval.model import preprocess
+
+
+class Evaluator:
+
+  def __init__(self, config, split, workdir):
+    # The split's writer labels are what the probe scores (evaluation.Unlabelled for a
+    # collection's, which has none).
+    data.listing(config, split)
+    self.config, self.split = config, split
+    self.source = data.source(config, workdir, split)
+
+  def run(self, model):
+    config, src = self.config, self.source
+    tokens = losses.tokens_of(config)
+    base = jax.random.key(config.seed)
+
+    def predict(forward, batch):
+      images = preprocess(batch['image'], config)
+      keys = jax.vmap(lambda i: jax.random.fold_in(base, i))(batch['index'])
+      mask = jax.vmap(lambda k: losses.random_mask(k, 1, tokens, config.maskfeat.mask_ratio)[0])(
+          keys)
+      errors = losses.masked_errors(forward, images, mask, config)
+      return {'error': errors, 'features': forward({'image': images})['features']}
+
+    out = evaluation.outputs_by_row(model, predict, src, batch_size=config.eval.batch_size,
+                                    what=f'MaskFeat on {len(src):,} {self.split} patches')
+    descriptors = aggregate.fragment_descriptors(out['features'], src.starts, method='sum',
+                                                 alpha=config.eval.power)
+    probe = metrics.retrieval_metrics(descriptors, labelings(src))
+    scores = {'reconstruction': {'loss': float(np.mean(out['error']))}, 'probe': probe,
+              'score': probe['writer']['map']}
+    return scores, None
+
+  def headline(self, scores):
+    return (f"k-NN probe writer mAP {scores['score']:.4f} (masked HOG error "
+            f"{scores['reconstruction']['loss']:.4f})")
+
+  def summary(self, scores):
+    w, p = scores['probe']['writer'], scores['probe']['page']
+    return (('masked HOG error', 'writer mAP', 'Top-1', 'Pr@10', 'page mAP', 'page Top-1'),
+            [(scores['reconstruction']['loss'], w['map'], w['top1'], w['pr10'], p['map'],
+              p['top1'])],
+            f'masked HOG error: the training loss on the {self.split!r} patches (fixed '
+            'masks). The rest: the k-NN probe, fragment descriptors from the pre-trained '
+            'trunk as it is (mean token, summed over patches), each fragment a query against '
+            'all others.')
+
+  def report_sections(self, scores, details):
+    del details
+    header, rows, note = self.summary(scores)
+    return [report.tag('h2', f'MaskFeat pre-training: split {self.split!r}'),
+            report.table(header, rows), report.note(note)]
