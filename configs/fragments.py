@@ -115,7 +115,15 @@ def get_config(arg='demo'):
                    vlad_intra_norm=False)
     c.train.update(layer_decay=0.25, weight_decay=0.01, labels='surrogate')
     c.eval.update(power=0.4)
+    if arg == 'saghog_demo':
+      # The CPU time of the demo it is measured against (600 steps of the ResNet-20, whose
+      # step is about 1.2x faster on 2 cores: 490 steps), and its writer labels: only the
+      # model and the optimizer differ. The full recipe trains on surrogate classes, as
+      # published. From make demo-fragments' data pre-trained by configs/maskfeat.py:demo.
+      c.train.update(labels='writer', steps=490)
+      c.model.init_from = 'workdirs/maskfeat-demo'
     if arg == 'saghog':
+      c.model.init_from = 'workdirs/maskfeat-hisfrag20'  # configs/maskfeat.py:hisfrag20's
       c.data.val_writers = 0.1
       c.input.max_patches = 128
       # 100 clusters of the 512-d tokens; the projection keeps 512 dims, the fragment

@@ -46,8 +46,8 @@ def get_config(arg='demo'):
   # The fragment demo's mild jitter (slant and size identify writers).
   c.aug.update(rotate_deg=3.0, shear_deg=0.0, scale=(0.95, 1.05), translate=0.05,
                grid_mask_prob=0.0, mix_prob=0.0)
-  c.train.update(steps=1200, batch_size=256, lr=1e-3, warmup_steps=100, weight_decay=0.05,
-                 log_every=25, checkpoint_every=200)
+  c.train.update(steps=600, batch_size=256, lr=1e-3, warmup_steps=50, weight_decay=0.05,
+                 log_every=25, checkpoint_every=100)
   # power: of the probe's sum-pooled descriptors (Peer et al.'s 0.4).
   c.eval.update(every=600, splits=('val',), batch_size=512, power=0.4)
 
