@@ -16,7 +16,8 @@ DEMO_WORKDIR := workdirs/grapheme-demo
 FRAG_DATA := data/fragments-synth
 FRAG_WORKDIR := workdirs/fragments-demo
 
-.PHONY: setup setup-test fonts system-packages test-packages demo demo-fragments test wheelhouse
+.PHONY: setup setup-test fonts system-packages test-packages demo demo-fragments demo-saghog test \
+  wheelhouse
 # What the demos need (a 1.5 GB venv); setup-test adds the tests' extras (README: Two commands).
 setup: $(VENV)/.installed fonts
 setup-test: setup $(VENV)/.installed-test test-packages
@@ -68,6 +69,14 @@ $(FRAG_DATA)/test: | setup
 demo-fragments: setup $(FRAG_DATA)/test
 	$(PY) -m launch.train --config configs/fragments.py:demo --data $(FRAG_DATA) --workdir $(FRAG_WORKDIR)
 	$(PY) -m launch.evaluate --config configs/fragments.py:demo --data $(FRAG_DATA) --workdir $(FRAG_WORKDIR)
+
+# SAGHOG at CPU size: MaskFeat pre-training of a ViT, then the fragment fine-tune from it
+# (configs/fragments.py:saghog_demo reads workdirs/maskfeat-demo; docs/fragments.md).
+demo-saghog: setup $(FRAG_DATA)/test
+	$(PY) -m launch.train --config configs/maskfeat.py:demo --data $(FRAG_DATA) --workdir workdirs/maskfeat-demo
+	$(PY) -m launch.evaluate --config configs/maskfeat.py:demo --data $(FRAG_DATA) --workdir workdirs/maskfeat-demo
+	$(PY) -m launch.train --config configs/fragments.py:saghog_demo --data $(FRAG_DATA) --workdir workdirs/saghog-demo
+	$(PY) -m launch.evaluate --config configs/fragments.py:saghog_demo --data $(FRAG_DATA) --workdir workdirs/saghog-demo
 
 test: setup-test
 	$(PY) -m pytest -q -m "slow or not slow" --durations=15

@@ -81,6 +81,20 @@ ISSUE_27_RECIPES = (
     ('4,000 steps instead (about 12 minutes: past the time `make demo` has)',
      'grapheme-demo-now-steps4000'),
     ('4,000 steps with `train.ema_decay=0.999` (not chosen)', 'grapheme-demo-now-ema'))
+# Issue 29: SAGHOG's recipe at the CPU time of the ResNet-20 demo, one part switched at a time.
+SAGHOG_ARMS = (
+    ('ResNet-20 + GeM (`make demo-fragments`)', 'fragments-demo'),
+    ('ViT from scratch + GeM', 'saghog-demo-gem-scratch'),
+    ('ViT from scratch + NetRVLAD', 'saghog-demo-scratch'),
+    ('ViT MaskFeat-pre-trained + NetRVLAD, layer decay 0.25', 'saghog-demo'),
+    ('ViT MaskFeat-pre-trained + NetRVLAD, layer decay 0.75: val\'s choice, `make demo-saghog`',
+     'saghog-demo-ld0.75'),
+    ('ViT MaskFeat-pre-trained + NetRVLAD, no layer decay', 'saghog-demo-ld1'))
+PROBE_COLUMNS = (('masked HOG error', 'reconstruction/loss'),
+                 ('probe writer mAP', 'probe/writer/map'),
+                 ('probe writer Top-1', 'probe/writer/top1'),
+                 ('probe writer Pr@10', 'probe/writer/pr10'),
+                 ('probe page mAP', 'probe/page/map'))
 # table -> (columns (header, key) or (header, record suffix, key), rows (label, record, key
 # prefix of the row's scores)).
 TABLES = {
@@ -167,6 +181,16 @@ TABLES = {
         ('other draw: SRS-LBP', 'fragments-collection-hits-other', 'test/srs_lbp/'),
         ("other draw: fused at val's weight", 'fragments-collection-hits-other',
          'test/fused/'))),
+    'saghog-demo': (FRAGMENT_COLUMNS, tuple(
+        (f'val: {label}, encoder (chooses)', record, 'val/encoder/')
+        for label, record in SAGHOG_ARMS) + tuple(
+        (f'test: {label}, encoder', record, 'test/encoder/')
+        for label, record in SAGHOG_ARMS) + tuple(
+        (f"test: {label}, encoder + val's post-processing", record, 'test/tuned/')
+        for label, record in SAGHOG_ARMS)),
+    'maskfeat-demo': (PROBE_COLUMNS, (
+        ('val writers: the untrained trunk', 'maskfeat-demo-untrained', 'val/'),
+        ('val writers: `configs/maskfeat.py:demo`, 600 steps', 'maskfeat-demo', 'val/'))),
 }
 
 

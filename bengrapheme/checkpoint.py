@@ -255,19 +255,22 @@ def _set_aside(mngr, path, error):
 
 def _check_same_layout(path, saved_tree, abstract_state):
   """Raises ModelMismatchError naming the first differences between checkpoint and state."""
-  saved = _shapes(saved_tree)
-  wanted = _shapes(abstract_state)
-  problems = [f'{k}: only in the checkpoint' for k in sorted(saved.keys() - wanted.keys())]
-  problems += [f'{k}: not in the checkpoint' for k in sorted(wanted.keys() - saved.keys())]
-  problems += [f'{k}: shape {saved[k]} in the checkpoint, {wanted[k]} in this config'
-               for k in sorted(saved.keys() & wanted.keys()) if saved[k] != wanted[k]]
-  if problems:
-    shown = '; '.join(problems[:6]) + (f'; and {len(problems) - 6} more'
-                                       if len(problems) > 6 else '')
+  shown = _differences(_shapes(saved_tree), _shapes(abstract_state))
+  if shown:
     raise ModelMismatchError(
         f'{path} holds a different model or train state than this config builds ({shown}). '
         'Use a new --workdir, or the config the checkpoint was trained with (see config.json '
         'in the workdir).')
+
+
+def _differences(saved, wanted):
+  """The first differences between two {name: shape} as one line ('' when none)."""
+  problems = [f'{k}: only in the checkpoint' for k in sorted(saved.keys() - wanted.keys())]
+  problems += [f'{k}: not in the checkpoint' for k in sorted(wanted.keys() - saved.keys())]
+  problems += [f'{k}: shape {saved[k]} in the checkpoint, {wanted[k]} in this config'
+               for k in sorted(saved.keys() & wanted.keys()) if saved[k] != wanted[k]]
+  return '; '.join(problems[:6]) + (f'; and {len(problems) - 6} more'
+                                    if len(problems) > 6 else '')
 
 
 def _shapes(tree):
@@ -323,30 +326,19 @@ def backbone_state(workdir, backbone):
   found = {**saved.get('model_state', {}).get('backbone', {}),
            **saved['params'].get('backbone', {})}
   wanted = nnx.state(backbone)
-  flat_saved = {k.removesuffix('/value'): v for k, v in _flat(found).items()}
-  flat_wanted = _flat(wanted.to_pure_dict())
-  problems = [f'{k}: not in the checkpoint' for k in sorted(flat_wanted.keys() - flat_saved.keys())]
-  problems += [f'{k}: only in the checkpoint' for k in sorted(flat_saved.keys() - flat_wanted.keys())]
-  problems += [f'{k}: shape {tuple(flat_saved[k].shape)} in the checkpoint, '
-               f'{tuple(flat_wanted[k].shape)} in this config'
-               for k in sorted(flat_saved.keys() & flat_wanted.keys())
-               if tuple(flat_saved[k].shape) != tuple(flat_wanted[k].shape)]
-  if problems:
-    shown = '; '.join(problems[:6]) + (f'; and {len(problems) - 6} more'
-                                       if len(problems) > 6 else '')
+  pure = wanted.to_pure_dict()
+  # Saved leaves are {'value': array} (a Variable's pytree form); the model's pure dict is not.
+  saved_shapes = {k.removesuffix('/value'): v for k, v in _shapes(found).items()}
+  shown = _differences(saved_shapes, _shapes(pure))
+  if shown:
     raise ModelMismatchError(f'model.init_from={workdir!r}: step {step} holds another backbone '
                              f'than this config builds ({shown}); give model.args as that run '
                              'had them (its config.json)')
-  pure = jax.tree_util.tree_map_with_path(
-      lambda path, _: np.asarray(flat_saved['/'.join(str(getattr(k, 'key', k)) for k in path)]),
-      wanted.to_pure_dict())
-  wanted.replace_by_pure_dict(pure)
+  arrays = {k.removesuffix('/value'): np.asarray(v)
+            for k, v in zip(_shapes(found), jax.tree.leaves(found))}
+  wanted.replace_by_pure_dict(jax.tree.unflatten(jax.tree.structure(pure),
+                                                 [arrays[k] for k in _shapes(pure)]))
   return wanted
-
-
-def _flat(tree):
-  leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-  return {'/'.join(str(getattr(k, 'key', k)) for k in path): leaf for path, leaf in leaves}
 
 
 def abstract(tree):

@@ -4,12 +4,25 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
 from PIL import Image
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def pytest_configure(config):
+  """One persistent JAX compilation cache for the session, this process and every training
+  run it starts: about a hundred runs compile the same few test configs, and a cached
+  executable is the very one a compile gives (the resume tests compare runs bit for bit
+  through it). Fresh each session, so nothing stale carries over; left alone when set."""
+  if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
+    folder = tempfile.mkdtemp(prefix='bengrapheme-test-jax-cache-')
+    os.environ['JAX_COMPILATION_CACHE_DIR'] = folder
+    os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0.5')
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 CHROMIUM = shutil.which('chromium')
 needs_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason='chromium is not installed (Debian package chromium: make '

@@ -10,7 +10,9 @@ from flax import nnx
 from conftest import ROOT
 
 VARIANTS = [('configs.grapheme', v) for v in ('demo', 'kaggle', 'test')] + [
-    ('configs.fragments', v) for v in ('demo', 'collection', 'hisfrag20', 'test')]
+    ('configs.fragments', v) for v in ('demo', 'collection', 'hisfrag20', 'saghog',
+                                       'saghog_demo', 'test', 'saghog_test')] + [
+    ('configs.maskfeat', v) for v in ('demo', 'hisfrag20', 'test')]
 
 
 @pytest.mark.parametrize('module,variant', VARIANTS)
@@ -21,7 +23,8 @@ def test_variant_builds_its_model(module, variant):
   assert nnx.state(model, nnx.Param)
 
 
-@pytest.mark.parametrize('module', ['configs.grapheme', 'configs.fragments'])
+@pytest.mark.parametrize('module', ['configs.grapheme', 'configs.fragments',
+                                    'configs.maskfeat'])
 def test_configs_are_locked(module):
   config = importlib.import_module(module).get_config('test')
   with pytest.raises(AttributeError):
@@ -33,7 +36,7 @@ def test_configs_are_locked(module):
 def test_reading_a_config_imports_no_framework():
   """Configs are read by tools and notebooks that may never train: a fresh process reads
   every variant without importing jax, Orbax, flax or matplotlib."""
-  code = ('import sys, configs.grapheme as g, configs.fragments as f\n'
+  code = ('import sys, configs.grapheme, configs.fragments, configs.maskfeat\n'
           f'for module, variant in {VARIANTS!r}:\n'
           '  sys.modules[module].get_config(variant)\n'
           "print(sorted(m for m in ('jax', 'orbax', 'flax', 'matplotlib') if m in sys.modules))")

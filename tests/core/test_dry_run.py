@@ -106,3 +106,22 @@ def test_full_recipes_compile_and_run_at_their_size():
   assert fragments['params'] == 1 + with_heads(resnet, 64)
   # ResNet-34's forward at 224 px is 3.6 GMAC: 0.6 GFLOP at 64 px (2/7 the side).
   assert 1.0 < fragments['gflops'] < 3.0
+
+  # SAGHOG's two stages: the ViT (timm's, less its learnt position table: ours is fixed
+  # sine-cosine) with MaskFeat's mask token and HOG head, then with NetRVLAD (100 clusters
+  # of 512-d tokens) and the 51,200 -> 512 projection.
+  with torch.device('meta'):
+    vit = timm.create_model('vit_base_patch16_224', img_size=32, patch_size=4, in_chans=1,
+                            embed_dim=512, depth=8, num_heads=8, num_classes=0,
+                            class_token=False, global_pool='avg', fc_norm=False)
+  trunk = sum(p.numel() for p in vit.parameters()) - vit.pos_embed.numel()
+  pretraining = dry_run('configs/maskfeat.py:hisfrag20', '--config.train.batch_size=4')
+  assert 'image uint8 [4, 32, 32, 1]' in pretraining['out']
+  assert pretraining['params'] == trunk + 512 + (512 * 9 + 9)
+  # 64 tokens x 8 blocks x 12 x 512^2 MACs: 3.3 GFLOP a forward pass, ~3 of them a step.
+  assert 8.0 < pretraining['gflops'] < 13.0
+  finetune = dry_run('configs/fragments.py:saghog', '--config.train.batch_size=4',
+                     '--config.train.writers_per_batch=2')
+  assert 'model.init_from (workdirs/maskfeat-hisfrag20' in finetune['out']
+  assert finetune['params'] == trunk + (512 * 100 + 100) + 100 * 512 + (51200 * 512 + 512)
+  assert 8.0 < finetune['gflops'] < 13.0

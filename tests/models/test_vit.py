@@ -214,3 +214,20 @@ def test_bad_settings_are_named():
   with pytest.raises(ValueError, match=r'8x12 patch grid; the learnt position embedding is '
                                        r'for 8x8 \(model.image_size\)'):
     learnt(jnp.zeros((1, 32, 48, 1)))
+
+
+def test_masked_tokens_see_only_the_mask_token():
+  """MaskFeat's input: a masked sub-patch's pixels never reach the trunk, its token is the
+  mask token (before the position embedding), and unmasked ones are untouched."""
+  model = vit.Model(patch=4, depth=2, width=32, heads=4, pool='none', rngs=nnx.Rngs(0))
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.random((1, 16, 16, 1)), jnp.float32)
+  changed = x.at[0, 4:8, 0:4].set(0.5)  # token 4 (row 1, column 0) of the 4 x 4 grid
+  mask = jnp.zeros((1, 16), bool).at[0, 4].set(True)
+  token = jnp.asarray(rng.normal(size=32), jnp.float32)
+  np.testing.assert_array_equal(model(x, mask=mask, mask_token=token),
+                                model(changed, mask=mask, mask_token=token))
+  assert not np.allclose(model(x), model(changed))
+  # Masking token 4 with the very embedding its pixels give changes nothing.
+  own = model.patch_embed(x)[0, 1, 0]
+  np.testing.assert_allclose(model(x, mask=mask, mask_token=own), model(x), atol=1e-6)
