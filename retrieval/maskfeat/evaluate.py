@@ -24,9 +24,8 @@ from retrieval.model import preprocess
 class Evaluator:
 
   def __init__(self, config, split, workdir):
-    # The split's writer labels are what the probe scores (evaluation.Unlabelled for a
-    # collection's, which has none).
-    data.listing(config, split)
+    # data.source raises evaluation.Unlabelled for a collection, which has no writer labels
+    # for the probe to score.
     self.config, self.split = config, split
     self.source = data.source(config, workdir, split)
 
