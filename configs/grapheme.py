@@ -51,6 +51,8 @@ def get_config(arg='demo'):
       grapheme_head=False,
       grapheme_loss_weight=0.5,
       consonant_parts=True,  # the consonant diacritic from 4 part heads (grapheme/model.py)
+      # The root also from its letters, a head of 79 (position, letter) slots (model.py).
+      root_letters=False,
       # A PyTorch state_dict (torchvision or timm names) for the backbone to start from
       # (bengrapheme/models/pytorch_weights.py; docs/pretrained-weights.md).
       init_from='')
@@ -103,7 +105,7 @@ def get_config(arg='demo'):
     c.input.size = (32, 56)
     c.input.num_threads = 2
     c.model.args = dict(depth=10, width=8, stem='small', dtype='float32')
-    c.model.grapheme_head = True  # every head and loss term runs
+    c.model.update(grapheme_head=True, root_letters=True)  # every head and loss term runs
     c.predict.tau = 0.0  # the bad-input tests predict from workdirs no training wrote
     c.data.update(val_fraction=0.25, corrected_labels=True)
     c.train.update(steps=8, batch_size=16, warmup_steps=2, log_every=2, checkpoint_every=2,

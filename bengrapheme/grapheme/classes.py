@@ -208,6 +208,19 @@ def _consonant_parts(parts):
 # [7, 4] 0/1: which parts each of the 7 Kaggle consonant classes is made of.
 CONSONANT_PARTS = [_consonant_parts(c) for c in CONSONANTS]
 
+# Each root spelt as its letters by position (ক্ষ: ক first, ষ second), the signs between them
+# dropped: 79 (position, letter) slots over the 168 roots, no two roots with the same pattern.
+# A root rare in training, or seen only in other graphemes, shares its letters with common
+# roots (config.model.root_letters; grapheme/model.py).
+def _root_letter_slots(root):
+  return {(i, letter) for i, letter in enumerate(c for c in root if c not in (VIRAMA, ZWJ))}
+
+
+ROOT_LETTER_SLOTS = sorted(set().union(*map(_root_letter_slots, ROOTS)))
+# [168, 79] 0/1: which slots each root is made of.
+ROOT_LETTERS = [[int(slot in _root_letter_slots(root)) for slot in ROOT_LETTER_SLOTS]
+                for root in ROOTS]
+
 # The March 2020 label update (Kaggle's class_map_corrected.csv, train_multi_diacritics.csv):
 # consonant class 7 is reph + ra-phala together, the mark the three graphemes র্ত্রী, র্ত্রে,
 # র্দ্র carry and class 2 (reph) left out. Scores and submissions stay in the competition's

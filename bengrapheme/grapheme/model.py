@@ -27,6 +27,10 @@ class GraphemeModel(nnx.Module):
     if self.consonant_parts:
       sizes = sizes[:2] + (len(classes.CONSONANT_PART_NAMES),)
     self.heads = nnx.List([nnx.Linear(features, n, rngs=rngs) for n in sizes])
+    self.root_letters = None
+    if config.model.root_letters:
+      self.root_letters = nnx.data(
+          nnx.Linear(features, len(classes.ROOT_LETTER_SLOTS), rngs=rngs))
     self.grapheme_head = None
     if config.model.grapheme_head:
       self.grapheme_head = nnx.data(nnx.Linear(features, classes.NUM_GRAPHEMES, rngs=rngs))
@@ -36,20 +40,28 @@ class GraphemeModel(nnx.Module):
     logits = {name: head(features) for name, head in zip(kaggle.COMPONENTS, self.heads)}
     if self.consonant_parts:
       logits['consonant_parts'] = logits['consonant_diacritic']
-      logits['consonant_diacritic'] = consonant_from_parts(
+      logits['consonant_diacritic'] = log_probs_from_parts(
           logits['consonant_parts'], classes.consonant_parts(self.corrected_labels))
+    if self.root_letters is not None:
+      # A product of experts: the root head's scores plus the log-likelihood of each root's
+      # letter pattern, so a root the head has seen little of scores high when its letters do.
+      logits['root_letters'] = self.root_letters(features)
+      logits['grapheme_root'] = jax.nn.log_softmax(
+          logits['grapheme_root'] + log_probs_from_parts(logits['root_letters'],
+                                                         classes.ROOT_LETTERS), -1)
     if self.grapheme_head is not None:
       logits['grapheme'] = self.grapheme_head(features)
     return logits
 
 
-def consonant_from_parts(part_logits, patterns):
-  """[B, 4] independent part logits -> [B, C] log-probabilities of the consonant classes
-  whose part `patterns` [C, 4] are given (classes.consonant_parts: 7 Kaggle classes, or 8).
+def log_probs_from_parts(part_logits, patterns):
+  """[B, P] independent part logits -> [B, C] log-probabilities of the classes whose part
+  `patterns` [C, P] are given (classes.consonant_parts: the 7 Kaggle consonant classes, or 8,
+  from 4 parts; classes.ROOT_LETTERS: the 168 roots from their letters).
 
   Each class's score is the log-likelihood of its part pattern, renormalised over the
-  patterns that exist: a class seen in few graphemes (3: reph + ya-phala) scores high
-  whenever each of its parts does."""
+  patterns that exist: a class seen in few graphemes (consonant class 3: reph + ya-phala)
+  scores high whenever each of its parts does."""
   parts = jnp.asarray(patterns, jnp.float32)
   on, off = jax.nn.log_sigmoid(part_logits), jax.nn.log_sigmoid(-part_logits)
   return jax.nn.log_softmax(on @ parts.T + off @ (1 - parts).T, -1)

@@ -121,7 +121,7 @@ def test_consonant_parts_combine_into_the_seven_kaggle_classes():
   np.testing.assert_array_equal(parts[6], parts[4] | parts[5])  # ra-phala + ya-phala
   # Confident part logits give the class of that pattern; outputs are log-probabilities.
   logits = jnp.asarray(np.where(parts, 6.0, -6.0), jnp.float32)
-  combined = model.consonant_from_parts(logits, classes.CONSONANT_PARTS)
+  combined = model.log_probs_from_parts(logits, classes.CONSONANT_PARTS)
   np.testing.assert_array_equal(np.argmax(combined, -1), np.arange(7))
   np.testing.assert_allclose(np.exp(combined).sum(-1), 1, rtol=1e-5)
 
