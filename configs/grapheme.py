@@ -51,8 +51,10 @@ def get_config(arg='demo'):
       grapheme_head=False,
       grapheme_loss_weight=0.5,
       consonant_parts=True,  # the consonant diacritic from 4 part heads (grapheme/model.py)
-      # The root also from its letters, a head of 79 (position, letter) slots (model.py).
+      # The root also from its letters, a head of 79 (position, letter) slots (model.py),
+      # their binary cross-entropy (a sum over the slots) weighted by root_letters_weight.
       root_letters=False,
+      root_letters_weight=0.5,
       # A PyTorch state_dict (torchvision or timm names) for the backbone to start from
       # (bengrapheme/models/pytorch_weights.py; docs/pretrained-weights.md).
       init_from='')
@@ -74,7 +76,9 @@ def get_config(arg='demo'):
   # read: the test images straight from a Kaggle folder's parquet files, window_rows at a
   # time (0: a whole file; memory holds a window, 32 KB an image), or 'prepared' (converted
   # once to the training layout). bench/real_sizes.py measured both at full size.
-  c.predict = dict(seen_threshold=2.0, tau=0.5, read='stream', window_rows=0)
+  # tta_margins: test-time views, one per crop margin around the ink (grapheme/evaluate.py;
+  # empty: one view, margin 4, as training crops).
+  c.predict = dict(seen_threshold=2.0, tau=0.5, read='stream', window_rows=0, tta_margins=())
 
   if arg == 'kaggle':
     # The full recipe at native resolution: an ImageNet-pretrained EfficientNet-B3 trunk (the

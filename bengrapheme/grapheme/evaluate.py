@@ -16,12 +16,20 @@ NEVER = 2.0  # a seen threshold no probability reaches: the component heads alwa
 SEEN_THRESHOLDS = (0.5, 0.7, 0.8, 0.9, 0.95, 0.99, NEVER)
 
 
-def outputs(logits):
+def outputs(forward, images, config):
   """What the prediction rules read per image: each component's log-probabilities and, with a
-  whole-grapheme head, its top probability and class."""
-  out = {n: jax.nn.log_softmax(logits[n], -1) for n in kaggle.COMPONENTS}
-  if 'grapheme' in logits:
-    probs = jax.nn.softmax(logits['grapheme'], -1)
+  whole-grapheme head, its top probability and class.
+
+  With config.predict.tta_margins, the probabilities are averaged over one view of the image
+  per crop margin (crop_to_ink): the ink box's scale in the frame is what varies most between
+  writers and scanners once the crop has removed position.
+  """
+  views = [forward(preprocess(images, config, margin))
+           for margin in config.predict.tta_margins or (4,)]
+  out = {n: jax.nn.logsumexp(jnp.stack([jax.nn.log_softmax(v[n], -1) for v in views]), 0)
+         - np.log(len(views)) for n in kaggle.COMPONENTS}
+  if 'grapheme' in views[0]:
+    probs = jnp.mean(jnp.stack([jax.nn.softmax(v['grapheme'], -1) for v in views]), 0)
     out.update(grapheme_prob=jnp.max(probs, -1), grapheme_id=jnp.argmax(probs, -1))
   return out
 
@@ -79,7 +87,7 @@ class Evaluator:
   def run(self, model):
     config = self.config
     rows = evaluation.outputs_by_row(
-        model, lambda forward, batch: dict(outputs(forward(preprocess(batch['image'], config))),
+        model, lambda forward, batch: dict(outputs(forward, batch['image'], config),
                                            labels=batch['labels']),
         self.source, batch_size=config.eval.batch_size, keys=('image', 'labels'),
         what=f'predicting {len(self.source):,} {self.split} images')
@@ -158,7 +166,7 @@ def predict(config, model, workdir):
   counts = log_counts(config, workdir, config.predict.tau)
 
   def components(forward, batch):
-    out = outputs(forward(preprocess(batch['image'], config)))
+    out = outputs(forward, batch['image'], config)
     return {'components': decide(out, seen_threshold=config.predict.seen_threshold,
                                  tau=config.predict.tau, log_counts=counts)}
 

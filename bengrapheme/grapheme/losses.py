@@ -35,11 +35,11 @@ def loss(model, batch, key, config):
   weights = metrics.COMPONENT_WEIGHTS
   total = sum(w * c for w, c in zip(weights, ce)) / sum(weights)
   aux = {f'ce_{name}': c for name, c in zip(kaggle.COMPONENTS, ce)}
-  if config.model.root_letters:  # each letter slot a binary target, weighted as the root
+  if config.model.root_letters:  # each letter slot a binary target
     letter_targets = targets[0] @ jnp.asarray(classes.ROOT_LETTERS, jnp.float32)
     aux['ce_root_letters'] = optax.sigmoid_binary_cross_entropy(
         logits['root_letters'], letter_targets).sum(-1).mean()
-    total = total + weights[0] / sum(weights) * aux['ce_root_letters']
+    total = total + config.model.root_letters_weight * aux['ce_root_letters']
   if whole:
     aux['ce_grapheme'] = optax.softmax_cross_entropy(logits['grapheme'], targets[3]).mean()
     total = total + config.model.grapheme_loss_weight * aux['ce_grapheme']

@@ -71,13 +71,14 @@ def make_model(config, rngs):
   return GraphemeModel(config, rngs)
 
 
-def preprocess(images, config):
-  """uint8 [B, 137, 236] -> float32 [B, H, W, 1], ink high, at config.input.size."""
+def preprocess(images, config, margin=4):
+  """uint8 [B, 137, 236] -> float32 [B, H, W, 1], ink high, at config.input.size; with
+  crop_to_ink, `margin` pixels of paper around the ink box."""
   x = (255.0 - images.astype(jnp.float32)) / 255.0
   if config.input.stretch_contrast:
     x = stretch_contrast(x)
   if config.input.crop_to_ink:
-    x = crop_to_ink(x, tuple(config.input.size), config.input.ink_threshold)
+    x = crop_to_ink(x, tuple(config.input.size), config.input.ink_threshold, margin)
   else:
     x = jax.image.resize(x, (x.shape[0], *config.input.size), method='linear', antialias=True)
   return x[..., None]
