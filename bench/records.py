@@ -80,7 +80,10 @@ ISSUE_27_RECIPES = (
      'grapheme-demo-now-steps3400'),
     ('4,000 steps instead (about 12 minutes: past the time `make demo` has)',
      'grapheme-demo-now-steps4000'),
-    ('4,000 steps with `train.ema_decay=0.999` (not chosen)', 'grapheme-demo-now-ema'))
+    ('4,000 steps with `train.ema_decay=0.999` (not chosen)', 'grapheme-demo-now-ema'),
+    ('`make demo` + the root from its letters too (`model.root_letters`, weight 0.5)',
+     'grapheme-rootletters'),
+    ('the same, letters weight 0.1', 'grapheme-rootletters-w0.1'))
 # Issue 29: SAGHOG's recipe at the CPU time of the ResNet-20 demo, one part switched at a time.
 SAGHOG_ARMS = (
     ('ResNet-20 + GeM (`make demo-fragments`)', 'fragments-demo'),

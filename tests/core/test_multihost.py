@@ -73,8 +73,9 @@ def test_two_processes_match_one(task, request):
   one, two = losses(one), losses(two)
   steps = list(range(1, STEPS + 1))
   assert sorted(one) == sorted(two) == steps
-  np.testing.assert_allclose([two[s] for s in steps], [one[s] for s in steps], rtol=0,
-                             atol=1e-5)
+  # Relative: the sums are ordered differently across processes, a few float32 ulps.
+  np.testing.assert_allclose([two[s] for s in steps], [one[s] for s in steps], rtol=1e-6,
+                             atol=0)
 
 
 def test_checkpoint_of_two_processes_resumes_in_one(grapheme_runs, tmp_path):
@@ -87,7 +88,7 @@ def test_checkpoint_of_two_processes_resumes_in_one(grapheme_runs, tmp_path):
   assert 'Resumed from' in result.stdout and 'at step 4' in result.stdout, result.stdout
   resumed, uninterrupted = losses(workdir), losses(one)
   np.testing.assert_allclose([resumed[5], resumed[6]], [uninterrupted[5], uninterrupted[6]],
-                             rtol=0, atol=1e-5)
+                             rtol=1e-6, atol=0)
 
 
 class Job:

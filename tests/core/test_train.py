@@ -27,8 +27,9 @@ def test_eight_devices_match_one(grapheme_data, grapheme_trained, tmp_path):
              '--config.mesh.fsdp=2', devices=8)
   one, eight = losses(grapheme_trained), losses(workdir)
   assert sorted(one) == sorted(eight) == [1, 2, 3, 4]
+  # Relative: the sums are ordered differently across shards, a few float32 ulps of the loss.
   np.testing.assert_allclose([eight[s] for s in range(1, 5)], [one[s] for s in range(1, 5)],
-                             rtol=0, atol=1e-5)
+                             rtol=1e-6, atol=0)
 
 
 def test_profile_trace_of_the_asked_steps(grapheme_trained):

@@ -3,6 +3,7 @@ validation split of held-out graphemes, factorised consonant heads and the predi
 import collections
 import hashlib
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -124,6 +125,43 @@ def test_consonant_parts_combine_into_the_seven_kaggle_classes():
   combined = model.log_probs_from_parts(logits, classes.CONSONANT_PARTS)
   np.testing.assert_array_equal(np.argmax(combined, -1), np.arange(7))
   np.testing.assert_allclose(np.exp(combined).sum(-1), 1, rtol=1e-5)
+
+
+def test_root_letters_tell_every_root_apart_and_combine_into_it():
+  letters = np.array(classes.ROOT_LETTERS)
+  assert letters.shape == (kaggle.NUM_CLASSES[0], len(classes.ROOT_LETTER_SLOTS))
+  assert len({tuple(p) for p in letters}) == len(letters)  # no two roots share a pattern
+  kssa = letters[classes.ROOTS.index('ক্ষ')]
+  slots = [classes.ROOT_LETTER_SLOTS[i] for i in np.flatnonzero(kssa)]
+  assert slots == [(0, 'ক'), (1, 'ষ')]
+  logits = jnp.asarray(np.where(letters, 6.0, -6.0), jnp.float32)
+  combined = model.log_probs_from_parts(logits, classes.ROOT_LETTERS)
+  np.testing.assert_array_equal(np.argmax(combined, -1), np.arange(len(letters)))
+
+
+def test_test_time_views_average_the_probabilities_of_each_crop_margin():
+  config = grapheme_config.get_config('test')
+  config.input.update(stretch_contrast=False, crop_to_ink=True)
+  images = np.full((2, kaggle.HEIGHT, kaggle.WIDTH), 255, np.uint8)
+  images[:, 40:90, 60:170] = 0
+  images[1, 60:70, 100:110] = 255
+
+  def forward(x):  # logits that depend on how much of the view is ink
+    ink = x.mean((1, 2, 3))[:, None]
+    return {n: jnp.arange(k, dtype=jnp.float32) * ink * 10
+            for n, k in zip(kaggle.COMPONENTS, kaggle.NUM_CLASSES)}
+
+  def probs(margin):
+    return np.asarray(jax.nn.softmax(forward(model.preprocess(jnp.asarray(images), config,
+                                                             margin))['grapheme_root']))
+
+  one = evaluate.outputs(forward, images, config)['grapheme_root']
+  # One view: training's margin.
+  np.testing.assert_allclose(np.exp(one), probs(4), rtol=1e-5, atol=1e-9)
+  config.predict.tta_margins = (0, 12)
+  two = evaluate.outputs(forward, images, config)['grapheme_root']
+  assert np.abs(probs(0) - probs(12)).max() > 1e-3  # the views differ
+  np.testing.assert_allclose(np.exp(two), (probs(0) + probs(12)) / 2, rtol=1e-5, atol=1e-9)
 
 
 def test_prior_correction_and_routing():
