@@ -83,7 +83,33 @@ ISSUE_27_RECIPES = (
     ('4,000 steps with `train.ema_decay=0.999` (not chosen)', 'grapheme-demo-now-ema'),
     ('`make demo` + the root from its letters too (`model.root_letters`, weight 0.5)',
      'grapheme-rootletters'),
-    ('the same, letters weight 0.1', 'grapheme-rootletters-w0.1'))
+    ('the same, letters weight 0.1', 'grapheme-rootletters-w0.1'),
+    ('+ learning rate 4e-3 instead of 2e-3', 'grapheme-rootletters-w0.1-lr4e-3'),
+    ('learning rate 8e-3 instead', 'grapheme-rootletters-w0.1-lr8e-3'),
+    ('learning rate 1.6e-2 instead', 'grapheme-rootletters-w0.1-lr1.6e-2'),
+    ('learning rate 3.2e-2 instead', 'grapheme-rootletters-w0.1-lr3.2e-2'),
+    ('learning rate 6.4e-2 instead', 'grapheme-rootletters-w0.1-lr6.4e-2'),
+    ('lr 3.2e-2 + test-time views (2, 4, 8): `make demo` (about 11 minutes)',
+     'grapheme-demo-letters'),
+    ('the same, a second seed (`--config.seed=1`)', 'grapheme-demo-letters-seed1'))
+# Test-time views (config.predict.tta_margins), chosen on the validation family: the margins
+# on one run, then the choice on the learning-rate runs.
+TTA_MARGINS = (
+    ('letters 0.1, lr 2e-3, one view (margin 4, as trained)', 'grapheme-rootletters-w0.1'),
+    ('the same run, margins (2, 4, 8)', 'grapheme-rootletters-w0.1-tta2-4-8'),
+    ('the same run, margins (2, 4, 6)', 'grapheme-rootletters-w0.1-tta2-4-6'),
+    ('the same run, margins (4, 8, 12)', 'grapheme-rootletters-w0.1-tta4-8-12'),
+    ('the same run, margins (0, 2, 4, 6, 8)', 'grapheme-rootletters-w0.1-tta0-2-4-6-8'),
+    ('the same run, margins (0, 4, 8, 12)', 'grapheme-rootletters-w0.1-tta0-4-8-12'),
+    ('the same run, margins (0, 4, 8, 12, 16)', 'grapheme-rootletters-w0.1-tta0-4-8-12-16'),
+    ('lr 4e-3, one view', 'grapheme-rootletters-w0.1-lr4e-3'),
+    ('the same run, margins (2, 4, 8)', 'grapheme-rootletters-w0.1-lr4e-3-tta2-4-8'),
+    ('lr 8e-3, one view', 'grapheme-rootletters-w0.1-lr8e-3'),
+    ('the same run, margins (2, 4, 8)', 'grapheme-rootletters-w0.1-lr8e-3-tta2-4-8'),
+    ('lr 1.6e-2, one view', 'grapheme-rootletters-w0.1-lr1.6e-2'),
+    ('the same run, margins (2, 4, 8)', 'grapheme-rootletters-w0.1-lr1.6e-2-tta2-4-8'),
+    ('lr 3.2e-2, one view', 'grapheme-rootletters-w0.1-lr3.2e-2'),
+    ('the same run, margins (2, 4, 8)', 'grapheme-rootletters-w0.1-lr3.2e-2-tta2-4-8'))
 # Issue 29: SAGHOG's recipe at the CPU time of the ResNet-20 demo, one part switched at a time.
 SAGHOG_ARMS = (
     ('ResNet-20 + GeM (`make demo-fragments`)', 'fragments-demo'),
@@ -107,6 +133,8 @@ TABLES = {
          "family's own look (`synth_val --train`)", 'grapheme-family-trained', ''),
         ("upper bound, chooses nothing: the `render.fraction=0.5` row's recipe trained on the "
          "family's own look", 'grapheme-family-trained-now', ''))),
+    'grapheme-test-time-views': (ACROSS_FAMILIES[:4], tuple(
+        (label, record, '') for label, record in TTA_MARGINS)),
     # The same runs on their own data; the rerun of the recipe before has no such record.
     'grapheme-recipes-own-data': (GRAPHEME_COLUMNS, tuple(
         (label, record, '') for label, record in ISSUE_27_RECIPES[1:])),
@@ -142,8 +170,9 @@ TABLES = {
         ('+ `render.fraction=0.5`: the family\'s choice', 'grapheme-nowhole-render0.5', ''),
         ('+ 48,000 rendered images: the family\'s choice', 'grapheme-demo-now-images48k', ''),
         ('+ 2,800 steps: the family\'s choice', 'grapheme-demo-now-steps2800', ''),
-        ('+ 3,400 steps: the most in about 10 minutes, `make demo`',
-         'grapheme-demo-now-steps3400', ''))),
+        ('+ 3,400 steps: the most in about 10 minutes', 'grapheme-demo-now-steps3400', ''),
+        ('+ the root from its letters, lr 3.2e-2, test-time views: the family\'s choices, '
+         '`make demo`', 'grapheme-demo-letters', ''))),
     'grapheme-val-family': (BY_CATEGORY, (
         ('no stretch: validation family (`synth_val`)', 'grapheme-demo-val-family',
          'test/combined/'),

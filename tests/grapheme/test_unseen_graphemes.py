@@ -155,6 +155,7 @@ def test_test_time_views_average_the_probabilities_of_each_crop_margin():
     return np.asarray(jax.nn.softmax(forward(model.preprocess(jnp.asarray(images), config,
                                                              margin))['grapheme_root']))
 
+  config.predict.tta_margins = ()
   one = evaluate.outputs(forward, images, config)['grapheme_root']
   # One view: training's margin.
   np.testing.assert_allclose(np.exp(one), probs(4), rtol=1e-5, atol=1e-9)
