@@ -92,8 +92,9 @@ def test_full_recipes_compile_and_run_at_their_size():
                      timeout=1200)
   assert 'model.init_from (weights/efficientnet_b3' in grapheme['out']
   assert 'image uint8 [4, 137, 236]' in grapheme['out']
-  # Heads: 168 roots, 11 vowels, 4 consonant parts, the 1,295-way whole-grapheme head.
-  assert grapheme['params'] == with_heads(efficientnet, 168, 11, 4, 1295)
+  # Heads: 168 roots, 11 vowels, 4 consonant parts, the 1,295-way whole-grapheme head, the
+  # roots' 79 letter slots.
+  assert grapheme['params'] == with_heads(efficientnet, 168, 11, 4, 1295, 79)
   # A train step is ~3 forward passes. EfficientNet-B3's forward at 300 px is 1.8 GMAC: 1.3
   # GFLOP at 137x236 (0.36 the pixels), before its many elementwise ops (swish,
   # squeeze-excite, BatchNorm).
