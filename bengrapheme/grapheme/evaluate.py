@@ -6,7 +6,7 @@ import numpy as np
 
 from bengrapheme import console, evaluation, files, metrics
 from bengrapheme.grapheme import classes, data, kaggle, report, unseen
-from bengrapheme.grapheme.model import preprocess
+from bengrapheme.grapheme.model import CROP_MARGIN, preprocess
 
 # Triple of each whole-grapheme class, to turn a whole-grapheme prediction into components.
 GRAPHEME_TRIPLES = np.array([g[:3] for g in classes.GRAPHEMES], np.int32)
@@ -25,7 +25,7 @@ def outputs(forward, images, config):
   writers and scanners once the crop has removed position.
   """
   views = [forward(preprocess(images, config, margin))
-           for margin in config.predict.tta_margins or (4,)]
+           for margin in config.predict.tta_margins or (CROP_MARGIN,)]
   out = {n: jax.nn.logsumexp(jnp.stack([jax.nn.log_softmax(v[n], -1) for v in views]), 0)
          - np.log(len(views)) for n in kaggle.COMPONENTS}
   if 'grapheme' in views[0]:

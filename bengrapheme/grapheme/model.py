@@ -71,7 +71,12 @@ def make_model(config, rngs):
   return GraphemeModel(config, rngs)
 
 
-def preprocess(images, config, margin=4):
+# Pixels of paper (in the 137x236 source frame) that crop_to_ink keeps around the ink box
+# in training; test-time views (config.predict.tta_margins) vary it.
+CROP_MARGIN = 4
+
+
+def preprocess(images, config, margin=CROP_MARGIN):
   """uint8 [B, 137, 236] -> float32 [B, H, W, 1], ink high, at config.input.size; with
   crop_to_ink, `margin` pixels of paper around the ink box."""
   x = (255.0 - images.astype(jnp.float32)) / 255.0
@@ -98,7 +103,7 @@ def stretch_contrast(x):
   return jnp.clip((x - paper) / jnp.maximum(ink - paper, 0.1), 0.0, 1.0)
 
 
-def crop_to_ink(x, size, threshold, margin=4):
+def crop_to_ink(x, size, threshold, margin=CROP_MARGIN):
   """Scales each image so the bounding box of its ink fills `size`, keeping the aspect ratio.
 
   Graphemes vary widely in size and position within the 137x236 frame; normalising that
