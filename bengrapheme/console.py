@@ -96,13 +96,15 @@ class Progress:
     self.close(finished=error_type is None)
 
 
-def _ignore_ctrl_c():
+def _ignore_ctrl_c(initializer=None, *initargs):
   signal.signal(signal.SIGINT, signal.SIG_IGN)
   signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+  if initializer is not None:
+    initializer(*initargs)
 
 
 @contextlib.contextmanager
-def worker_pool(workers, context=None):
+def worker_pool(workers, context=None, initializer=None, initargs=()):
   """A multiprocessing Pool whose workers ignore Ctrl-C. Ctrl-C reaches every process of the
   terminal's group, and a worker's KeyboardInterrupt would print its own traceback, or end it
   holding its pool's queue lock (the parent's Pool.terminate then waits for that lock forever:
@@ -113,7 +115,8 @@ def worker_pool(workers, context=None):
   to the end when Ctrl-C came as its pool started); the parent takes it once the pool is up."""
   held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
   try:
-    pool = multiprocessing.get_context(context).Pool(workers, _ignore_ctrl_c)
+    pool = multiprocessing.get_context(context).Pool(workers, _ignore_ctrl_c,
+                                                     (initializer, *initargs))
   finally:
     signal.pthread_sigmask(signal.SIG_SETMASK, held)
   with pool:

@@ -56,9 +56,12 @@ def outputs_by_row(model, predict, source, *, batch_size, keys=('image',), what=
                                 what=what))
 
 
-def outputs_by_source(model, predict, sources, *, batch_size, keys=('image',), what=None):
+def outputs_by_source(model, predict, sources, *, batch_size, keys=('image',), what=None,
+                      compiler_options=True):
   """outputs_by_row for each of `sources` in turn (a generator: a source may be made only
-  when its turn comes, e.g. a window of a file read on demand), compiled once for all."""
+  when its turn comes, e.g. a window of a file read on demand), compiled once for all, with
+  the train step's compiler options (compiler_options=False: XLA's defaults, which
+  bench/fragment_features.py measures against)."""
   mesh = model.mesh
 
   def step(variables, batch):
@@ -66,14 +69,18 @@ def outputs_by_source(model, predict, sources, *, batch_size, keys=('image',), w
     return outputs, batch['index'], batch['mask']
 
   # Replicated outputs: every process can read every row, even on a multi-host mesh.
-  step = jax.jit(step, out_shardings=parallel.replicated(mesh))
-  local_batch = parallel.per_process_batch(batch_size, mesh)
+  step = jax.jit(step, out_shardings=parallel.replicated(mesh),
+                 compiler_options=parallel.compiler_options() if compiler_options else None)
+  # A mesh of this process's devices alone (process_local) reads the whole source itself.
+  alone = {d.process_index for d in mesh.devices.flat} == {jax.process_index()}
+  process_index, process_count = (0, 1) if alone else (jax.process_index(), jax.process_count())
+  local_batch = batch_size if alone else parallel.per_process_batch(batch_size, mesh)
   for source in sources:
     results, in_flight = [], parallel.InFlight()
     progress = console.Progress(len(source), what, unit='example')
     for batch in input_lib.eval_batches(source, batch_size=local_batch,
-                                        process_index=jax.process_index(),
-                                        process_count=jax.process_count()):
+                                        process_index=process_index,
+                                        process_count=process_count):
       batch = parallel.global_batch(mesh, {k: batch[k] for k in (*keys, 'index', 'mask')})
       results.append(step(model.variables, batch))
       in_flight.push(results[-1])
@@ -95,6 +102,20 @@ def outputs_by_source(model, predict, sources, *, batch_size, keys=('image',), w
     del source
     gc.collect()
     yield rows
+
+
+def process_local(model):
+  """The TrainedModel on a mesh of this process's devices alone, its variables gathered from
+  the whole job (a collective: every process calls it): each process can then run its own
+  share of the work (launch.index) without waiting on the others at every batch."""
+  if jax.process_count() == 1:
+    return model
+  from jax.experimental import multihost_utils
+  variables = multihost_utils.process_allgather(model.variables, tiled=True)
+  devices = np.array(jax.local_devices()).reshape(-1, 1)
+  mesh = jax.sharding.Mesh(devices, ('data', 'fsdp'))
+  return model._replace(variables=jax.device_put(variables, parallel.replicated(mesh)),
+                        mesh=mesh)
 
 
 def flatten(scores, prefix=''):

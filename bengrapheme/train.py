@@ -193,16 +193,10 @@ def make_train_step(config, task, graphdef, mesh, state_shardings):
                    nonfinite=(~finite).astype(jnp.int32))
     return new, scalars
 
-  # XLA:CPU runs its YNNPACK convolutions on one thread; without them convolutions go to
-  # Eigen, which uses every core (a 1.2x faster step on 2 cores, bench/train_step.py). Dots
-  # and reductions stay in YNNPACK.
-  options = ({'xla_cpu_experimental_ynn_fusion_type':
-              'LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,LIBRARY_FUSION_TYPE_REDUCE'}
-             if jax.default_backend() == 'cpu' else None)
   return jax.jit(train_step,
                  in_shardings=(state_shardings, parallel.batch_sharding(mesh)),
                  out_shardings=(state_shardings, parallel.replicated(mesh)),
-                 donate_argnums=0, compiler_options=options)
+                 donate_argnums=0, compiler_options=parallel.compiler_options())
 
 
 def state_and_step(config, task, mesh, pretrained=True):

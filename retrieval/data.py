@@ -7,7 +7,6 @@ pixel) and their SIFT descriptors, bounded by input.max_patches per fragment, in
 every decoded pixel.
 """
 import collections
-import concurrent.futures
 import json
 import os
 import pathlib
@@ -16,9 +15,9 @@ import jax
 import numpy as np
 
 from bengrapheme import cache, console, evaluation, files, input as input_lib
-from retrieval import collection, patches, reader, surrogate
+from retrieval import collection, decode, lbp, patches, reader, surrogate
 
-CACHE_LAYOUT = 2  # bump when the cache's files change
+CACHE_LAYOUT = 3  # bump when the cache's files or the patch sampler change
 # data.format of a scholar's own folder of images: any names, nested, no labels
 # (retrieval/collection.py); it trains with surrogate classes only and has no split to score.
 COLLECTION = 'collection'
@@ -51,8 +50,14 @@ class PatchSource:
     return self._patches
 
   def sift(self):
-    """uint8 [len(self), 128]: the SIFT descriptor at each patch's keypoint."""
+    """uint8 [len(self), 128]: the SIFT descriptor of each patch (a cache built with
+    descriptors: the training split of a run with surrogate classes)."""
     return np.load(self.path / 'sift.npy', mmap_mode='r')
+
+  def lbp(self):
+    """float32 [len(self.names), 3072]: each fragment's SRS-LBP features (a cache built
+    with eval.srs_lbp)."""
+    return np.load(self.path / 'lbp.npy')
 
   def __getitem__(self, i):
     return dict(image=self.patches()[i][..., None], index=np.int32(i))
@@ -65,40 +70,42 @@ class PatchSource:
 
 
 def _build(src, folder, params):
-  """Extracts the patches of every fragment of a reader.FragmentSource into `folder`, in
-  threads (OpenCV, scikit-image and Pillow release the GIL). A bad fragment raises
-  reader.DataError naming it, but for a collection's image (data.format='collection'), which
-  is named and gets no patches. Patches are appended to disk as they come (fragment order),
-  so memory holds only the fragments in flight, whatever the split's size."""
+  """Extracts the patches of every fragment of a reader.FragmentSource into `folder`: each
+  file decoded once in worker processes (retrieval/decode.py), the rest on the device
+  (retrieval/patches.py). A bad fragment raises reader.DataError naming it, but for a
+  collection's image (data.format='collection'), which is named and gets no patches. Patches
+  (and, when asked, SIFT descriptors and SRS-LBP features) are appended to disk as they come,
+  in fragment order, so memory holds only the fragments in flight, whatever the split's size."""
   counts, valid = np.zeros(len(src), np.int64), np.zeros(len(src), np.int32)
-  size = params['patch_size']
-
-  def one(i):
-    try:
-      rgb = src.read_rgb(i)
-    except collection.Unreadable as e:  # a scholar's folder: the rest still trains
-      console.say(f'Skipping {e}')
-      return None, (np.zeros((0, size, size), np.uint8), np.zeros((0, 128), np.uint8))
-    name = os.path.basename(src.fragments[i].path)
-    return rgb, patches.extract(rgb, name, size=params['patch_size'],
-                                max_patches=params['max_patches'],
-                                ink_bounds=params['ink_bounds'], seed=params['seed'])
-
+  size, with_lbp, descriptors = params['patch_size'], params['srs_lbp'], params['descriptors']
+  read = decode.prepared(src.read_rgb, range(len(src)), lbp_mask=with_lbp,
+                         skip=(collection.Unreadable,))
+  names = [os.path.basename(f.path) for f in src.fragments]
+  extracted = patches.extract_many(zip(names, read), size=size,
+                                   max_patches=params['max_patches'],
+                                   ink_bounds=params['ink_bounds'], seed=params['seed'],
+                                   with_lbp=with_lbp, descriptors=descriptors)
   raw = folder / 'patches.raw'
+  lbp_rows = np.zeros((len(src), len(lbp.RADII) * lbp.NUM_BINS if with_lbp else 0), np.float32)
   with open(raw, 'wb') as out, open(folder / 'sift.raw', 'wb') as sift_out, \
-      concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool, \
       console.Progress(len(src), 'extracting patches', unit='fragment') as progress:
-    for i, (rgb, (patch, sift)) in enumerate(pool.map(one, range(len(src)))):
-      counts[i] = len(patch)
-      valid[i] = 0 if rgb is None else reader.valid_pixel_count(rgb)
-      out.write(patch.tobytes())
-      sift_out.write(sift.tobytes())
+    for i, e in enumerate(extracted):
+      if isinstance(e, str):  # a scholar's folder: the rest still trains
+        console.say(f'Skipping {e}')
+      else:
+        counts[i], valid[i] = len(e.patches), e.valid_pixels
+        out.write(e.patches.tobytes())
+        if descriptors:
+          sift_out.write(e.sift.tobytes())
+        if with_lbp:
+          lbp_rows[i] = e.lbp
       progress.update()
   total = int(counts.sum())
   _raw_to_npy(raw, folder / 'patches.npy', (total, size, size))
-  _raw_to_npy(folder / 'sift.raw', folder / 'sift.npy', (total, 128))
+  _raw_to_npy(folder / 'sift.raw', folder / 'sift.npy', (total if descriptors else 0, 128))
   np.save(folder / 'starts.npy', np.concatenate([[0], np.cumsum(counts)]))
   np.save(folder / 'valid_pixels.npy', valid)
+  np.save(folder / 'lbp.npy', lbp_rows)
   (folder / 'index.json').write_text(json.dumps(
       {'names': [os.path.basename(x.path) for x in src.fragments], 'patch_size': size,
        'writer': src.writer_ids.tolist(), 'page': src.page_ids.tolist()}))
@@ -190,11 +197,14 @@ def source_files(config, src, split):
   return [f.path for f in src.fragments], src.folder
 
 
-def patch_params(config):
-  """The settings the patch cache depends on (part of its key)."""
+def patch_params(config, split):
+  """The settings the patch cache of `split` depends on (part of its key): with SIFT
+  descriptors for surrogate training, with SRS-LBP features for the splits scored."""
   i = config.input
   return dict(layout=CACHE_LAYOUT, patch_size=i.patch_size, max_patches=i.max_patches,
-              ink_bounds=list(i.ink_bounds), seed=config.seed)
+              ink_bounds=list(i.ink_bounds), seed=config.seed,
+              descriptors=split == 'train' and config.train.labels == 'surrogate',
+              srs_lbp=split != 'train' and bool(config.eval.srs_lbp))
 
 
 def source(config, workdir, split):
@@ -203,7 +213,7 @@ def source(config, workdir, split):
   (or the build's record files), patch_params and, for train and val, the val writers."""
   src = listing(config, split)
   paths, origin = source_files(config, src, split)
-  params = patch_params(config)
+  params = patch_params(config, split)
   if split != 'test':  # a TFDS build's record files do not say which writers are val's
     params.update(val_writers=config.data.val_writers, val_seed=config.data.val_seed)
   entry = cache.build_once(files.prepared_dir(config, workdir), f'patches-{split}', paths,

@@ -26,14 +26,13 @@ chooses, stage by stage in pipeline order (power, whitening, re-ranking, fusion)
 keeping the value with the best val writer mAP given the earlier choices; a tie keeps the
 earlier value of the grid, so a step that does not help stays off.
 """
-import concurrent.futures
-import os
+import itertools
 
 import jax
 import numpy as np
 
 from bengrapheme import cache, console, evaluation, files
-from retrieval import aggregate, data, distances_io, lbp, metrics, pca, reader, report
+from retrieval import aggregate, data, decode, distances_io, lbp, metrics, patches, pca, report
 from retrieval.model import preprocess
 
 # The grids the val split tunes over, in pipeline order; the first value of each is "off".
@@ -45,6 +44,7 @@ SETTINGS = tuple(name for name, _ in GRIDS)
 # What each split's tuning chose, by (workdir, split, checkpoint step): the test evaluator
 # applies the val evaluator's choice when both run in one process (launch.evaluate, training).
 _chosen = {}
+_lbp_pcas = {}  # SRS-LBP's PCA by the key of its train features, fitted once per process
 
 
 def embedding_fn(config):
@@ -66,45 +66,45 @@ def labelings(src):
 
 
 def lbp_features(src, indices, what):
-  """SRS-LBP features of fragments `indices` of a reader.FragmentSource, at their own
-  resolution (threads: numpy frees the GIL)."""
-  def one(i):
-    return lbp.lbp_features(reader.convert(src.read_rgb(i), color=False))
-
-  features = []
-  with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool, \
-      console.Progress(len(indices), what, unit='fragment') as progress:
-    for x in pool.map(one, indices):
-      features.append(x)
-      progress.update()
-  return np.stack(features)
+  """SRS-LBP features [len(indices), 3072] of fragments `indices` of a reader.FragmentSource
+  at their own resolution: decoded in worker processes, computed on the device."""
+  read = decode.prepared(src.read_rgb, indices, lbp_mask=True)
+  rows = []
+  with console.Progress(len(indices), what, unit='fragment') as progress:
+    while window := list(itertools.islice(read, patches.WINDOW)):
+      rows.append(lbp.features([p.grey for p in window], [p.lbp_mask for p in window]))
+      progress.update(len(window))
+  return np.concatenate(rows)
 
 
-def srs_lbp_embeddings(config, workdir, split):
-  """The SRS-LBP embeddings [N, 200] of a split (PCA fitted on train), computed once per
-  dataset: kept in WORKDIR/eval/srs_lbp_SPLIT-KEY.npy, KEY naming the fragment files of both
-  splits (and the fit settings), so evaluating the workdir on other data recomputes."""
-  train_list, split_list = data.listing(config, 'train'), data.listing(config, split)
-  key = cache.key_of('srs_lbp', [*data.source_files(config, train_list, 'train')[0],
-                                 *data.source_files(config, split_list, split)[0]],
+def lbp_pca(config, workdir):
+  """SRS-LBP's PCA (200 dims), fitted on the features of eval.lbp_fit_fragments train
+  fragments drawn by the seed. The features are computed once per dataset, whichever splits
+  are scored: kept in WORKDIR/eval/srs_lbp_fit-KEY.npy, KEY naming the train fragment files
+  and the draw, so evaluating the workdir on other data recomputes."""
+  train_list = data.listing(config, 'train')
+  key = cache.key_of('srs_lbp_fit', data.source_files(config, train_list, 'train')[0],
                      [config.seed, config.eval.lbp_fit_fragments])
-  path = files.join(workdir, 'eval', f'srs_lbp_{split}-{key}.npy')
-  if files.exists(path):
-    return files.load_npy(path)
-  # The listings are in the order of the patch caches, so row i of the features is fragment
-  # i of the split's source; read from the folder or the TFDS build alike.
-  console.say(f'SRS-LBP baseline, once per dataset (kept in {path}): features of train '
-              f'fragments for its PCA, then of the {split} fragments...')
-  fit_on = np.random.default_rng(config.seed).permutation(len(train_list))
-  train_features = lbp_features(train_list, fit_on[:config.eval.lbp_fit_fragments],
-                                'SRS-LBP features (train, PCA fit)')
-  features = lbp_features(split_list, range(len(split_list)), f'SRS-LBP features ({split})')
-  fitted = pca.fit(train_features, dim=min(200, len(train_features) - 1,
-                                           train_features.shape[1]))
-  embeddings = lbp.embed(fitted, features)
-  if jax.process_index() == 0:
-    files.save_npy(path, embeddings)
-  return embeddings
+  if key not in _lbp_pcas:
+    path = files.join(workdir, 'eval', f'srs_lbp_fit-{key}.npy')
+    if files.exists(path):
+      features = files.load_npy(path)
+    else:
+      console.say(f'SRS-LBP baseline: features of train fragments for its PCA, once per '
+                  f'dataset (kept in {path})...')
+      fit_on = np.random.default_rng(config.seed).permutation(len(train_list))
+      features = lbp_features(train_list, fit_on[:config.eval.lbp_fit_fragments],
+                              'SRS-LBP features (train, PCA fit)')
+      if jax.process_index() == 0:
+        files.save_npy(path, features)
+    _lbp_pcas[key] = pca.fit(features, dim=min(200, len(features) - 1, features.shape[1]))
+  return _lbp_pcas[key]
+
+
+def srs_lbp_embeddings(config, workdir, src):
+  """The SRS-LBP embeddings [N, 200] of a split's PatchSource `src`: its fragments' features
+  (computed with its patches, from the same decode) through the train-fitted PCA."""
+  return lbp.embed(lbp_pca(config, workdir), src.lbp())
 
 
 def configured_settings(config):
@@ -211,8 +211,8 @@ class Evaluator:
 
   def pipeline(self, model, split, src):
     config = self.config
-    lbp_embeddings = (srs_lbp_embeddings(config, self.workdir, split)
-                      if config.eval.srs_lbp else None)
+    lbp_embeddings = (srs_lbp_embeddings(config, self.workdir, src) if config.eval.srs_lbp
+                      else None)
     train = []
 
     def whitening_fit(power):  # the training split's descriptors, embedded once if asked

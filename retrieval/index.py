@@ -18,7 +18,6 @@ INDEX/partial/, a chunk at a time, so an interrupted run loses at most one chunk
 rerun goes on from there.
 """
 import collections
-import concurrent.futures
 import dataclasses
 import io
 import itertools
@@ -26,10 +25,12 @@ import json
 import os
 import shutil
 
+import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 from bengrapheme import console, errors, evaluation, files, workdir_lock
-from retrieval import aggregate, collection, evaluate, lbp, patches, pca, reader
+from retrieval import aggregate, collection, decode, evaluate, lbp, patches, pca
 
 LAYOUT = 1  # bump when index.npz changes
 CHUNK = 256  # images embedded, then kept in partial/, at a time
@@ -171,84 +172,77 @@ def lbp_sample_pca(config, paths, seed):
   images drawn from `paths` (absolute), {path: their SRS-LBP features}); images that cannot
   be read are left to the main pass to report."""
   order = np.random.default_rng(seed).permutation(len(paths))[:config.eval.lbp_fit_fragments]
-
-  def one(i):
-    try:
-      return lbp.lbp_features(reader.convert(collection.read_fragment(paths[i]), color=False))
-    except collection.Unreadable:
-      return None
-
-  with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool, \
-      console.Progress(len(order), 'SRS-LBP features for its PCA', unit='image') as progress:
-    found = {}
-    for i, x in zip(order, pool.map(one, order)):
-      if x is not None:
-        found[paths[i]] = x
-      progress.update()
+  found = {}
+  read = decode.prepared(collection.read_fragment, [paths[i] for i in order], lbp_mask=True,
+                         skip=(collection.Unreadable,))
+  with console.Progress(len(order), 'SRS-LBP features for its PCA', unit='image') as progress:
+    for window in _windows(zip(order, read)):
+      usable = [(i, p) for i, p in window if not isinstance(p, str)]
+      if usable:
+        rows = lbp.features([p.grey for _, p in usable], [p.lbp_mask for _, p in usable])
+        found.update({paths[i]: x for (i, _), x in zip(usable, rows)})
+      progress.update(len(window))
   if len(found) < 2:
     raise errors.UserError('SRS-LBP fusion needs at least 2 readable images to fit its PCA')
   features = np.stack(list(found.values()))
   return pca.fit(features, min(200, len(features) - 1, features.shape[1])), found
 
 
+def _windows(items, size=CHUNK):
+  items = iter(items)
+  while window := list(itertools.islice(items, size)):
+    yield window
+
+
 def embed(config, model, settings, lbp_pca, jobs, on_chunk, progress=None, lbp_known=None):
   """Embeds the images `jobs` [(path, name seeding its patches)] in chunks of CHUNK:
   on_chunk(rows, entries, problems) gets, for each chunk in order, the rows of `jobs` it
   embedded, their Entries (paths as given; sizes and times left 0) and a message for each
-  image that could not be read. lbp_known: {path: SRS-LBP features} computed already."""
+  image that could not be read. lbp_known: {path: SRS-LBP features} computed already (they
+  are computed again here only for images outside it: the device's pass costs little beside
+  the decode, which both share)."""
   lbp_known = lbp_known or {}
   fuse = settings['fusion_weight'] > 0
   i = config.input
-
-  def one(job):
-    path, name = job
-    try:
-      rgb = collection.read_fragment(path)
-    except collection.Unreadable as e:
-      return None, None, str(e)
-    cut, _ = patches.extract(rgb, name, size=i.patch_size, max_patches=i.max_patches,
-                             ink_bounds=i.ink_bounds, seed=config.seed)
-    features = None
-    if fuse:
-      features = lbp_known.pop(path, None)
-      if features is None:
-        features = lbp.lbp_features(reader.convert(rgb, color=False))
-    return cut, features, None
-
+  read = decode.prepared(collection.read_fragment, [path for path, _ in jobs], lbp_mask=fuse,
+                         skip=(collection.Unreadable,))
+  extracted = patches.extract_many(((name, p) for (_, name), p in zip(jobs, read)),
+                                   size=i.patch_size, max_patches=i.max_patches,
+                                   ink_bounds=i.ink_bounds, seed=config.seed, with_lbp=fuse)
   pending = collections.deque()
 
   def finish(start, results, embeddings):
-    ok = [r for r, (cut, _, _) in enumerate(results) if cut is not None]
-    counts = [len(results[r][0]) for r in ok]
+    ok = [r for r, e in enumerate(results) if not isinstance(e, str)]
+    counts = [len(results[r].patches) for r in ok]
     if ok:
       pooled = aggregate.sum_pool(embeddings, np.concatenate([[0], np.cumsum(counts)]))
       descriptors = aggregate.power_l2(pooled, settings['power'])
     else:
       descriptors = np.zeros((0, config.model.embedding_dim), np.float32)
-    lbp_rows = (lbp.embed(lbp_pca, np.stack([results[r][1] for r in ok])) if fuse and ok
-                else np.zeros((len(ok), lbp_pca.components.shape[0] if fuse else 0),
-                              np.float32))
+    if fuse and ok:
+      features = np.stack([lbp_known.pop(jobs[start + r][0], results[r].lbp) for r in ok])
+      lbp_rows = lbp.embed(lbp_pca, features)
+    else:
+      lbp_rows = np.zeros((len(ok), lbp_pca.components.shape[0] if fuse else 0), np.float32)
     names = np.array([jobs[start + r][0] for r in ok], str)
     entries = Entries(names, np.zeros(len(ok), np.int64), np.zeros(len(ok), np.int64),
                       descriptors.astype(np.float32), lbp_rows.astype(np.float32))
-    on_chunk([start + r for r in ok], entries, [m for _, _, m in results if m])
+    on_chunk([start + r for r in ok], entries, [e for e in results if isinstance(e, str)])
     if progress is not None:
       progress.update(len(results))
 
-  def sources(pool):
-    for start in range(0, len(jobs), CHUNK):
-      results = list(pool.map(one, jobs[start:start + CHUNK]))
-      cuts = [cut for cut, _, _ in results if cut is not None]
+  def sources():
+    for start, results in zip(itertools.count(0, CHUNK), _windows(extracted)):
+      cuts = [e.patches for e in results if not isinstance(e, str)]
       if not cuts:
         finish(start, results, None)
         continue
       pending.append((start, results))
       yield _Patches(np.concatenate(cuts))
 
-  with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
-    for rows in evaluation.outputs_by_source(model, evaluate.embedding_fn(config),
-                                             sources(pool), batch_size=config.eval.batch_size):
-      finish(*pending.popleft(), rows['embedding'])
+  for rows in evaluation.outputs_by_source(model, evaluate.embedding_fn(config), sources(),
+                                           batch_size=config.eval.batch_size):
+    finish(*pending.popleft(), rows['embedding'])
 
 
 # ------------------------------------------------------------------ building
@@ -260,15 +254,20 @@ def _stat(root, paths):
           np.array([s.st_mtime_ns for s in stats], np.int64))
 
 
-def _partial(folder, stamp):
-  """The chunks an interrupted run kept in folder/partial (Entries, PCA or None), or
-  nothing when they were made for another fingerprint (then they are removed)."""
+def _reset_partial(folder, stamp):
+  """Makes folder/partial the chunks of fingerprint `stamp`: those an interrupted run of
+  another fingerprint kept are removed."""
   partial = os.path.join(folder, 'partial')
   meta = os.path.join(partial, 'fingerprint.json')
   if os.path.isdir(partial) and files.read_text(meta) != stamp:
     shutil.rmtree(partial)
   os.makedirs(partial, exist_ok=True)
   files.write_atomic(meta, stamp)
+
+
+def _partial(folder):
+  """(the chunks kept in folder/partial (Entries, PCA or None))."""
+  partial = os.path.join(folder, 'partial')
   chunks, fitted = [], None
   for name in sorted(os.listdir(partial)):
     path = os.path.join(partial, name)
@@ -278,12 +277,22 @@ def _partial(folder, stamp):
     elif name == 'lbp_pca.npz':
       with np.load(path) as z:
         fitted = _pca_of({k: z[k] for k in z.files})
-  return partial, chunks, fitted
+  return chunks, fitted
+
+
+def _sync(name):
+  """Waits for every process of the job (a no-op alone)."""
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices(name)
 
 
 def build(config, model, workdir, listing, folder):
   """Builds or updates the index of the collection.Listing `listing` in `folder` (module
-  docstring); returns (index, counts) with counts embedded / reused / dropped / unreadable."""
+  docstring); returns (index, counts) with counts embedded / reused / dropped / unreadable.
+
+  In a job of several processes (launch.local, SLURM, a TPU pod; `folder` on a disk they
+  share) process 0 fits the SRS-LBP PCA, each process embeds its slice of the images still
+  to embed into folder/partial, and process 0 merges them into index.npz."""
   root = listing.root
   if listing.others:
     console.say(f'{len(listing.others):,} files under {root} are not images by their '
@@ -295,25 +304,17 @@ def build(config, model, workdir, listing, folder):
   if settings['rerank_k']:
     console.say(f'(SGR re-ranking, k={settings["rerank_k"]}, is not applied: it rebuilds every '
                 "image's neighbourhood from all pairs of the collection)")
-  lock = workdir_lock.FileLock(folder)
-  lock.acquire()
+  workdir_lock.acquire(folder)  # process 0 holds it for the job
   try:
     return _build_locked(config, model, root, folder, listing, settings, chosen_on)
   finally:
-    lock.release()
+    workdir_lock.release(folder)
 
 
-def _build_locked(config, model, root, folder, listing, settings, chosen_on):
-  stamp = fingerprint(config, model.step, settings)
-  path = os.path.join(folder, 'index.npz')
-  old = load(path) if os.path.exists(path) else None
-  if old is not None and old.header['fingerprint'] != stamp:
-    console.say(f'{path} was built with checkpoint step {old.header["step"]} and other '
-                'settings or config: rebuilding it whole')
-    old = None
-  partial, chunks, fitted = _partial(folder, stamp)
+def _reusable(old, chunks, listing, sizes, mtimes):
+  """(Entries known from the index and the chunks, {listing row: its row there}) of the
+  images whose path, size and time are unchanged."""
   known = Entries.concat(([old.entries] if old else []) + chunks) if (old or chunks) else None
-  sizes, mtimes = _stat(root, listing.paths)
   where = {}
   if known is not None:  # later chunks win: a file changed since the last index
     where = {p: r for r, p in enumerate(known.paths.tolist())}
@@ -322,53 +323,77 @@ def _build_locked(config, model, root, folder, listing, settings, chosen_on):
     r = where.get(p)
     if r is not None and known.sizes[r] == sizes[i] and known.mtimes[r] == mtimes[i]:
       reuse[i] = r
+  return known, reuse
+
+
+def _build_locked(config, model, root, folder, listing, settings, chosen_on):
+  stamp = fingerprint(config, model.step, settings)
+  path = os.path.join(folder, 'index.npz')
+  process, processes = jax.process_index(), jax.process_count()
+  old = load(path) if os.path.exists(path) else None
+  if old is not None and old.header['fingerprint'] != stamp:
+    console.say(f'{path} was built with checkpoint step {old.header["step"]} and other '
+                'settings or config: rebuilding it whole')
+    old = None
+  if process == 0:
+    _reset_partial(folder, stamp)
+  _sync('index: partial')
+  partial = os.path.join(folder, 'partial')
+  chunks, fitted = _partial(folder)
+  sizes, mtimes = _stat(root, listing.paths)
+  _, reuse = _reusable(old, chunks, listing, sizes, mtimes)
   todo = [i for i in range(len(listing.paths)) if i not in reuse]
 
   fuse = settings['fusion_weight'] > 0
   lbp_pca = (old.lbp_pca if old else fitted) if fuse else None
   lbp_known = {}  # the PCA sample's features, not computed twice
   if fuse and lbp_pca is None:
-    lbp_pca, lbp_known = lbp_sample_pca(
-        config, [os.path.join(root, p) for p in listing.paths], config.seed)
-    _save_npz(os.path.join(partial, 'lbp_pca.npz'), _pca_arrays(lbp_pca))
+    if process == 0:  # fitted once, before any process embeds with it
+      lbp_pca, lbp_known = lbp_sample_pca(
+          config, [os.path.join(root, p) for p in listing.paths], config.seed)
+      _save_npz(os.path.join(partial, 'lbp_pca.npz'), _pca_arrays(lbp_pca))
+    _sync('index: SRS-LBP PCA')
+    lbp_pca = _partial(folder)[1]
 
-  new, problems = [], []  # new: (listing rows, Entries) of each chunk
+  # Each process its slice of the sorted images still to embed, on its own devices.
+  mine = np.array_split(np.array(todo, np.int64), processes)[process].tolist()
+  local_model = evaluation.process_local(model)
   # Patches are drawn seeded by the file's name (retrieval/patches.py), as for a query.
   jobs = [(os.path.join(root, listing.paths[i]), os.path.basename(listing.paths[i]))
-          for i in todo]
+          for i in mine]
   numbers = itertools.count(len(chunks))
 
   def on_chunk(rows, entries, messages):
     for m in messages:
       console.say(f'Skipping {m}')
-    problems.extend(messages)
-    listed = np.array([todo[r] for r in rows], np.int64)
+    listed = np.array([mine[r] for r in rows], np.int64)
     entries.paths = np.array([listing.paths[i] for i in listed], str)
     entries.sizes, entries.mtimes = sizes[listed], mtimes[listed]
-    _save_npz(os.path.join(partial, f'chunk-{next(numbers):06d}.npz'), entries.arrays())
-    new.append((listed, entries))
+    _save_npz(os.path.join(partial, f'chunk-{next(numbers):06d}-{process:05d}.npz'),
+              entries.arrays())
 
   if jobs:
     with errors.on_ctrl_c(f'Interrupted (Ctrl-C) while indexing {root}: the images embedded so '
                           f'far are kept in {partial}; rerun the same command to go on.'), \
         console.Progress(len(jobs), f'embedding {len(jobs):,} images', unit='image') as progress:
-      embed(config, model, settings, lbp_pca, jobs, on_chunk, progress, lbp_known)
+      embed(config, local_model, settings, lbp_pca, jobs, on_chunk, progress, lbp_known)
+  _sync('index: embedded')
 
-  reused = np.array(sorted(reuse), np.int64)
-  parts = [(reused, known.take(np.array([reuse[i] for i in reused.tolist()], np.int64)))
-           if len(reused) else None, *new]
-  parts = [part for part in parts if part is not None]
-  if not parts or not sum(len(rows) for rows, _ in parts):
+  # Every image embedded by any process is now in a chunk: merge what is reusable.
+  known, merged = _reusable(old, _partial(folder)[0], listing, sizes, mtimes)
+  if not merged:
     raise errors.UserError(f'{root}: none of its {len(listing.paths):,} images could be read')
-  listed = np.concatenate([rows for rows, _ in parts])
-  entries = Entries.concat([e for _, e in parts]).take(np.argsort(listed, kind='stable'))
+  rows = np.array(sorted(merged), np.int64)
+  entries = known.take(np.array([merged[i] for i in rows.tolist()], np.int64))
   header = dict(layout=LAYOUT, step=model.step, settings=settings, chosen_on=chosen_on,
                 fingerprint=stamp, config=config.to_json_best_effort(), root=os.path.abspath(root))
   index = Index(header, entries, lbp_pca)
-  save(os.path.join(folder, 'index.npz'), index)
-  shutil.rmtree(partial)
+  if process == 0:
+    save(path, index)
+    shutil.rmtree(partial)
+  _sync('index: saved')
   before = set(old.entries.paths.tolist()) if old else set()
-  counts = dict(embedded=sum(len(rows) for rows, _ in new), reused=len(reuse),
-                unreadable=len(problems),
+  counts = dict(embedded=len(merged) - len(reuse), reused=len(reuse),
+                unreadable=len(todo) - (len(merged) - len(reuse)),
                 dropped=len(before - set(listing.paths)))
   return index, counts

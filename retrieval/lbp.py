@@ -21,15 +21,24 @@ The HisFrag20 organisers' baseline, following their tools (bilde `lbpFeatures2 -
   (signed square root) -> L2 normalisation, compared with the L1 (cityblock) distance:
   `retrieval_metrics(embed(pca.fit(train_features, 200), f), labels, metric='cityblock')`.
 
-numpy only: ~25 ms of one core per 300 x 300 fragment (12 radii), so 5k fragments take about
-a minute on 2 cores with one worker thread per core (numpy releases the GIL).
+Computed by jitted kernels over padded batches ([B, H, W], retrieval/buckets.py), on whatever
+device JAX has, equal to the numpy reference they replaced (bench/reference_fragments.py):
+pass 1 histograms |sample - centre| on the device, the host picks each T from those
+histograms in float64 (Otsu's argmax in float32 could pick another level), pass 2 histograms
+the codes on the device, and the host normalises. The padding lies outside the mask, so it
+never counts. `features` takes a list of images of any sizes; `features_padded` a batch the
+caller has padded.
 """
 
+import functools
 import math
+
+import jax
+import jax.numpy as jnp
 import numpy as np
 from scipy import ndimage
 
-from retrieval import pca as pca_lib
+from retrieval import buckets, pca as pca_lib
 
 RADII = tuple(range(1, 13))
 NUM_BINS = 256
@@ -50,8 +59,7 @@ def lbp_codes(gray, radius, threshold=0):
   Returns [H - 2R, W - 2R] with R = ceil(radius); code bit p is set when the bilinear sample
   of neighbour p, rounded, exceeds centre + threshold.
   """
-  grey = _grey(gray)
-  return _codes(_rounded_samples(grey, radius), _centre(grey, radius), threshold)
+  return np.asarray(_code_image(jnp.asarray(_grey(gray))[None], radius, threshold))[0]
 
 
 def lbp_features(gray, mask=None, *, radii=RADII, threshold='otsu'):
@@ -60,23 +68,56 @@ def lbp_features(gray, mask=None, *, radii=RADII, threshold='otsu'):
   `mask`: bool [H, W] fragment area; None derives it with `fragment_mask`. `threshold`:
   'otsu' (per image and radius, as the baseline) or a fixed integer.
   """
-  grey = _grey(gray)
-  mask = fragment_mask(grey) if mask is None else np.asarray(mask, bool)
-  if mask.shape != grey.shape:
-    raise ValueError(f'mask shape {mask.shape} does not match image shape {grey.shape}')
-  blocks = []
-  for r in radii:
-    hist = np.zeros(NUM_BINS, np.float64)
-    valid = _valid_centres(mask, r)
-    if valid.any():
-      samples, centre = _rounded_samples(grey, r), _centre(grey, r)
-      t = _otsu_threshold(samples, centre, valid) if threshold == 'otsu' else int(threshold)
-      hist = np.bincount(_codes(samples, centre, t)[valid], minlength=NUM_BINS).astype(np.float64)
-      hist[0] = 0.0
-      if hist.sum() > 0:
-        hist /= hist.sum()
-    blocks.append(hist)
-  return np.concatenate(blocks).astype(np.float32)
+  return features([gray], None if mask is None else [mask], radii=radii,
+                  threshold=threshold)[0]
+
+
+def features(greys, masks=None, *, radii=RADII, threshold='otsu'):
+  """SRS-LBP histograms of grey uint8 images of any sizes -> float32 [N, len(radii) * 256].
+
+  `masks`: bool fragment areas, one per image, or None for `fragment_mask` of each. Images
+  are padded into shape buckets and batched (retrieval/buckets.py), so a few compilations
+  serve any mix of sizes.
+  """
+  greys = [_grey(g) for g in greys]
+  masks = [fragment_mask(g) for g in greys] if masks is None else [np.asarray(m, bool)
+                                                                   for m in masks]
+  if len(masks) != len(greys):
+    raise ValueError(f'{len(masks)} masks for {len(greys)} images')
+  for g, m in zip(greys, masks):
+    if m.shape != g.shape:
+      raise ValueError(f'mask shape {m.shape} does not match image shape {g.shape}')
+  out = np.zeros((len(greys), len(radii) * NUM_BINS), np.float32)
+  for shape, indices, batch in buckets.groups([g.shape for g in greys]):
+    grey = buckets.pad([greys[i] for i in indices], shape, batch)
+    mask = buckets.pad([masks[i] for i in indices], shape, batch, fill=False)
+    out[indices] = features_padded(grey, mask, radii=radii, threshold=threshold)[:len(indices)]
+  return out
+
+
+def features_padded(grey, mask, *, radii=RADII, threshold='otsu'):
+  """SRS-LBP histograms of a padded batch -> float32 np.ndarray [B, len(radii) * 256].
+
+  `grey`: uint8 [B, H, W], `mask`: bool [B, H, W] (numpy or device arrays), each image at the
+  top-left of its row and the padding outside its mask (rows of padding alone give zeros).
+  Equal to `lbp_features` of each image unpadded: interior pixels are indexed from the same
+  origin (R, R) as in the unpadded image, and a centre whose samples reach the padding is
+  not valid.
+  """
+  if grey.ndim != 3 or grey.dtype != np.uint8 or mask.shape != grey.shape:
+    raise ValueError(f'expected uint8 [B, H, W] and a bool mask of that shape, got '
+                     f'{grey.dtype} {grey.shape} and {mask.shape}')
+  radii = tuple(radii)
+  if threshold == 'otsu':
+    deltas = np.asarray(_delta_histograms(grey, mask, radii))
+    thresholds = np.array([[_otsu(h) for h in image] for image in deltas], np.int32)
+  else:
+    thresholds = np.full((grey.shape[0], len(radii)), int(threshold), np.int32)
+  hist = np.asarray(_code_histograms(grey, mask, thresholds, radii)).astype(np.float64)
+  hist[..., 0] = 0.0
+  total = hist.sum(axis=-1, keepdims=True)
+  hist = np.divide(hist, total, out=hist, where=total > 0)
+  return hist.reshape(grey.shape[0], -1).astype(np.float32)
 
 
 def embed(pca, features):
@@ -84,6 +125,39 @@ def embed(pca, features):
   Hellinger (signed sqrt), L2 normalisation."""
   y = pca_lib.project(pca, features)
   return pca_lib.l2_normalise(np.sign(y) * np.sqrt(np.abs(y)))
+
+
+@functools.partial(jax.jit, static_argnames='radii')
+def _delta_histograms(grey, mask, radii):
+  """int32 [B, len(radii), 256]: per image and radius, the histogram of |sample - centre|
+  (all 8 neighbours) over the valid centres on every second row and column of the interior.
+
+  Otsu's threshold (an argmax over 256 levels of a smooth function) hardly moves with a
+  quarter of the differences, and histogramming all of them would dominate the run time.
+  """
+  out = []
+  for r in radii:
+    centre = _interior(grey, r, step=2).astype(jnp.int32)[:, None]
+    valid = _valid_centres(mask, r, step=2)[:, None]
+    out.append(_histogram(jnp.abs(_samples(grey, r, step=2) - centre), valid))
+  return jnp.stack(out, axis=1)
+
+
+@functools.partial(jax.jit, static_argnames='radii')
+def _code_histograms(grey, mask, thresholds, radii):
+  """int32 [B, len(radii), 256]: per image and radius, the histogram of the codes over the
+  valid centres, with int32 thresholds [B, len(radii)]."""
+  out = []
+  for k, r in enumerate(radii):
+    level = _interior(grey, r).astype(jnp.int32) + thresholds[:, k, None, None]
+    out.append(_histogram(_codes(_samples(grey, r), level), _valid_centres(mask, r)))
+  return jnp.stack(out, axis=1)
+
+
+@functools.partial(jax.jit, static_argnames='radius')
+def _code_image(grey, radius, threshold):
+  level = _interior(grey, radius).astype(jnp.int32) + threshold
+  return _codes(_samples(grey, radius), level).astype(jnp.uint8)
 
 
 def _offsets(radius):
@@ -105,73 +179,99 @@ def _grey(gray):
   img = np.asarray(gray)
   if img.ndim != 2 or img.dtype != np.uint8:
     raise ValueError(f'expected a 2-D uint8 grey image, got {img.dtype} {img.shape}')
-  return img.astype(np.int16)
+  return img
 
 
-def _centre(grey, radius):
+def _interior(x, radius, dy=0, dx=0, step=1):
+  """x [B, H, W] read at offset (dy, dx) from each interior pixel: those at least
+  R = ceil(radius) away from the border, every `step`-th row and column from (R, R)."""
   big = math.ceil(radius)
-  return grey[big:grey.shape[0] - big, big:grey.shape[1] - big]
+  h, w = max(x.shape[1] - 2 * big, 0), max(x.shape[2] - 2 * big, 0)
+  top, left = big + dy, big + dx
+  # A contiguous window of one of the step x step polyphase planes, which XLA builds once
+  # for all taps (identical slices merge): strided windows of the image read 3x slower.
+  plane = x[:, top % step::step, left % step::step]
+  return plane[:, top // step:top // step + -(-h // step), left // step:left // step + -(-w // step)]
 
 
-def _rounded_samples(grey, radius):
-  """The 8 neighbour samples over the interior [H - 2R, W - 2R] as int16 grey levels."""
-  big = math.ceil(radius)
-  h, w = grey.shape[0] - 2 * big, grey.shape[1] - 2 * big
-  img = grey.astype(np.float32)
+def _samples(grey, radius, step=1):
+  """int32 [B, 8, h, w]: the 8 neighbour samples of the interior pixels as grey levels, with
+  the reference's float32 arithmetic (same taps, same order of multiply-adds)."""
+  img = grey.astype(jnp.float32)
   out = []
   for taps in _offsets(radius):
     if len(taps) == 1:  # on the pixel grid: read it, no interpolation
       dy, dx, _ = taps[0]
-      out.append(grey[big + dy:big + dy + h, big + dx:big + dx + w])
+      out.append(_interior(grey, radius, dy, dx, step).astype(jnp.int32))
       continue
-    views = [img[big + dy:big + dy + h, big + dx:big + dx + w] for dy, dx, _ in taps]
-    acc = views[0] * np.float32(taps[0][2])
-    tmp = np.empty_like(acc)
-    for view, (_, _, weight) in zip(views[1:], taps[1:]):
-      acc += np.multiply(view, np.float32(weight), out=tmp)
+    acc = None
+    for dy, dx, weight in taps:
+      term = _times(_interior(img, radius, dy, dx, step), weight)
+      acc = term if acc is None else acc + term
     # Round half up, as std::round on these non-negative values: truncate v + 0.5.
-    out.append((acc + np.float32(0.5)).astype(np.int16))
-  return out
+    out.append((acc + np.float32(0.5)).astype(jnp.int32))
+  return jnp.stack(out, axis=1)
 
 
-def _codes(samples, centre, threshold):
-  """uint8 codes: bit p set where samples[p] > centre + threshold."""
-  level = centre + np.int16(threshold)
-  codes = np.zeros(centre.shape, np.uint8)
-  bit = np.empty(centre.shape, np.uint8)
-  for p, sample in enumerate(samples):
-    np.left_shift(np.greater(sample, level).view(np.uint8), p, out=bit)
-    codes |= bit
-  return codes
+def _times(values, weight):
+  """values (float32 grey levels) * float32(weight), rounded once, as numpy does.
+
+  XLA fuses a multiply that feeds an add into one fused multiply-add, rounded once instead
+  of twice: the sum differs in its last bit now and then, and so does a rounded sample. Split
+  into two weights of 12 significant bits, both products of an 8-bit level are exact, so
+  their sum is the product rounded once whether fused or not, and no inexact product is left
+  to fuse into the accumulation.
+  """
+  weight = np.float32(weight)
+  high = (weight.view(np.uint32) & np.uint32(0xFFFFF000)).view(np.float32)
+  return values * high + values * (weight - high)
 
 
-def _valid_centres(mask, radius):
+def _codes(samples, level):
+  """int32 codes [B, h, w]: bit p set where samples[:, p] > level."""
+  bits = (samples > level[:, None]).astype(jnp.int32) << jnp.arange(8).reshape(1, 8, 1, 1)
+  return bits.sum(axis=1)
+
+
+def _valid_centres(mask, radius, step=1):
   """Interior pixels whose own pixel and every tap of their 8 samples lie in the mask."""
-  big = math.ceil(radius)
-  h, w = mask.shape[0] - 2 * big, mask.shape[1] - 2 * big
-  if h <= 0 or w <= 0:
-    return np.zeros((max(h, 0), max(w, 0)), bool)
-  valid = mask[big:big + h, big:big + w].copy()
-  for dy, dx in {(dy, dx) for taps in _offsets(radius) for dy, dx, _ in taps}:
-    valid &= mask[big + dy:big + dy + h, big + dx:big + dx + w]
+  valid = _interior(mask, radius, step=step)
+  for dy, dx in sorted({(dy, dx) for taps in _offsets(radius) for dy, dx, _ in taps}):
+    valid &= _interior(mask, radius, dy, dx, step)
   return valid
 
 
-def _otsu_threshold(samples, centre, valid):
-  """bilde's Otsu threshold on the histogram of |rounded sample - centre| (all neighbours).
+def _histogram(values, valid):
+  """int32 [B, 256]: per image (leading axis), the counts of `values` (ints in [0, 256)) at
+  the `valid` positions (broadcast against `values`).
 
-  Estimated on every second row and column of the valid area: histogramming all 8 x ~10^5
-  differences per radius would dominate the run time, and the threshold (an argmax over 256
-  levels of a smooth function) hardly moves with a quarter of them.
+  One scatter-add of pairs: the two halves of each image's values, side by side, count into
+  a 257 x 257 joint histogram (level 256: not valid, or the filler of an odd count), whose
+  two marginals sum to the histogram. Half as many updates, spread over more bins: counts
+  into one bin form a chain of dependent adds, and most values fall into a few bins.
   """
-  half = (slice(None, None, 2),) * 2
-  deltas = np.empty((len(samples),) + centre[half].shape, np.int16)
-  for d, s in zip(deltas, samples):
-    np.subtract(s[half], centre[half], out=d)
-  np.abs(deltas, out=deltas)
-  # Invalid pixels go to bins >= 256 and are dropped: cheaper than selecting the valid ones.
-  deltas += np.int16(NUM_BINS) * ~valid[half]
-  hist = np.bincount(deltas.ravel(), minlength=2 * NUM_BINS)[:NUM_BINS].astype(np.float64)
+  b = values.shape[0]
+  flat = jnp.where(valid, values, NUM_BINS).reshape(b, -1)
+  if flat.shape[1] % 2:
+    flat = jnp.pad(flat, ((0, 0), (0, 1)), constant_values=NUM_BINS)
+  half = flat.shape[1] // 2
+  side = NUM_BINS + 1
+  first, second = flat[:, :half], flat[:, half:]
+  ids = first * side + second + side * side * jnp.arange(b)[:, None]
+  # Pairs with nothing to count are dropped (out of range), else they would chain up too.
+  ids = jnp.where((first == NUM_BINS) & (second == NUM_BINS), b * side * side, ids)
+  joint = jax.ops.segment_sum(jnp.ones(ids.size, jnp.int32), ids.ravel(), b * side * side)
+  joint = joint.reshape(b, side, side)
+  return (joint.sum(axis=2) + joint.sum(axis=1))[:, :NUM_BINS]
+
+
+def _otsu(hist):
+  """bilde's Otsu threshold on a histogram of |sample - centre| (float64, as the reference).
+
+  The threshold maximising the between-class variance, the last one on ties; 0 when 99 % of
+  the histogram lies below it.
+  """
+  hist = np.asarray(hist, np.float64)
   levels = np.arange(NUM_BINS, dtype=np.float64)
   total, mass = hist.sum(), (levels * hist).sum()
   w_back = np.cumsum(hist)

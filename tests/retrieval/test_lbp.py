@@ -1,9 +1,12 @@
-"""SRS-LBP baseline: hand-computed codes, feature layout, and a real texture check."""
+"""SRS-LBP baseline: hand-computed codes, feature layout, a real texture check, the batched
+kernels against the numpy reference they replaced, and the shape buckets they batch by."""
+import os
 
 import numpy as np
 import pytest
 
-from retrieval import lbp, metrics, pca as pca_lib
+from bench import reference_fragments
+from retrieval import buckets, lbp, metrics, pca as pca_lib, reader
 
 RAMP = np.array([[10, 20, 30],
                  [40, 50, 60],
@@ -108,11 +111,12 @@ def test_otsu_matches_bilde(seed):
   samples = [np.clip(centre + rng.integers(-spread, spread + 1, shape), 0, 255).astype(np.int16)
              for _ in range(8)]
   valid = rng.random(shape) < 0.8
-  # The helper looks at every second row and column: repeat each pixel 2 x 2 so that it
+  hist = sum(np.bincount(np.abs(s - centre)[valid], minlength=256) for s in samples)
+  assert lbp._otsu(hist) == bilde_otsu(hist)
+  # The reference looks at every second row and column: repeat each pixel 2 x 2 so that it
   # sees exactly the arrays above.
   up = lambda a: np.repeat(np.repeat(a, 2, axis=0), 2, axis=1)
-  got = lbp._otsu_threshold([up(s) for s in samples], up(centre), up(valid))
-  hist = sum(np.bincount(np.abs(s - centre)[valid], minlength=256) for s in samples)
+  got = reference_fragments._otsu_threshold([up(s) for s in samples], up(centre), up(valid))
   assert got == bilde_otsu(hist)
 
 
@@ -144,3 +148,90 @@ def test_texture_styles_separate():
   assert d[same & off].mean() < 0.5 * d[~same].mean()
   result = metrics.retrieval_metrics(emb, labels, metric='cityblock')
   assert result['top1'] == 1.0 and result['pr10'] == 1.0 and result['map'] > 0.95
+
+
+def fragments(folder, n):
+  """Grey uint8 images of the first n fragment files of `folder`."""
+  names = sorted(os.listdir(folder))[:n]
+  return [np.asarray(reader.convert(reader.decode(os.path.join(folder, f)), color=False))
+          for f in names]
+
+
+def test_features_equal_the_reference_in_one_batch(fragment_data):
+  rng = np.random.default_rng(5)
+  greys = fragments(os.path.join(fragment_data, 'test'), 4)
+  # Noise that shares buckets with the fragments (three images in one) and lies in its own.
+  greys += [rng.integers(0, 256, shape).astype(np.uint8)
+            for shape in [(110, 80), (128, 71), (600, 500), (37, 200)]]
+  shapes = [g.shape for g in greys]
+  assert len({buckets.bucket_shape(*s) for s in shapes}) < len(shapes)
+  got = lbp.features(greys)
+  assert got.shape == (len(greys), 3072) and got.dtype == np.float32
+  for g, f in zip(greys, got):
+    np.testing.assert_array_equal(f, reference_fragments.lbp_features(g))
+  # Caller's masks (noise with a hole: codes next to it are left out), a fixed threshold.
+  masks = [np.ones(s, bool) for s in shapes]
+  for m in masks:
+    m[m.shape[0] // 3:m.shape[0] // 2, 10:30] = False
+  got = lbp.features(greys, masks, threshold=5)
+  for g, m, f in zip(greys, masks, got):
+    np.testing.assert_array_equal(f, reference_fragments.lbp_features(g, m, threshold=5))
+
+
+def test_features_padded_equal_the_image_alone():
+  img = texture('lines', 3, size=101)[:, :91]  # odd sides: an odd number of centres
+  mask = lbp.fragment_mask(img)
+  alone = lbp.features_padded(img[None], mask[None])
+  np.testing.assert_array_equal(alone[0], reference_fragments.lbp_features(img, mask))
+  # Into a larger bucket, with noise in the padding (outside the mask) and an empty row.
+  grey = np.random.default_rng(0).integers(0, 256, (2, 256, 192)).astype(np.uint8)
+  grey[0, :101, :91] = img
+  padded_mask = buckets.pad([mask], (256, 192), 2, fill=False)
+  got = lbp.features_padded(grey, padded_mask)
+  np.testing.assert_array_equal(got[0], alone[0])
+  assert not got[1].any()
+
+
+def test_single_image_calls_match_the_reference():
+  img = texture('diagonal', 4, size=64)
+  for r in (1, 2, 5):
+    np.testing.assert_array_equal(lbp.lbp_codes(img, r, threshold=3),
+                                  reference_fragments.lbp_codes(img, r, threshold=3))
+  np.testing.assert_array_equal(lbp.lbp_features(img, radii=(3, 7)),
+                                reference_fragments.lbp_features(img, radii=(3, 7)))
+  with pytest.raises(ValueError, match='mask shape'):
+    lbp.lbp_features(img, np.ones((3, 3), bool))
+
+
+def test_bucket_shapes_follow_the_ladder():
+  assert buckets.bucket_shape(1, 64) == (64, 64)
+  assert buckets.bucket_shape(65, 300) == (96, 384)
+  assert buckets.bucket_shape(670, 1500) == (768, 1536)
+  assert buckets.bucket_shape(4096, 4097) == (4096, 6144)
+  assert buckets.bucket_shape(9000, 2049) == (10240, 3072)
+  with pytest.raises(ValueError, match='not positive'):
+    buckets.bucket_shape(0, 10)
+
+
+def test_groups_keep_order_and_bound_batches():
+  shapes = [(300, 300), (60, 60), (290, 280), (700, 500), (50, 64), (260, 300)] + [(60, 60)] * 5
+  out = buckets.groups(shapes, max_pixels=3 * 384 * 384)
+  assert [(shape, rows, batch) for shape, rows, batch in out] == [
+      ((384, 384), [0, 2], 2), ((384, 384), [5], 1),  # 3 fit, rounded down to 2 a group
+      ((64, 64), [1, 4, 6, 7, 8, 9, 10], 8),
+      ((768, 512), [3], 1)]  # larger than max_pixels: alone
+  for shape, rows, batch in out:
+    assert batch * shape[0] * shape[1] <= max(3 * 384 * 384, shape[0] * shape[1])
+  assert sorted(r for _, rows, _ in out for r in rows) == list(range(len(shapes)))
+
+
+def test_pad_aligns_top_left():
+  a, b = np.full((2, 3), 7, np.uint8), np.full((4, 1), 9, np.uint8)
+  out = buckets.pad([a, b], (4, 4), 4, fill=1)
+  assert out.shape == (4, 4, 4) and out.dtype == np.uint8
+  assert (out[0, :2, :3] == 7).all() and (out[1, :, :1] == 9).all()
+  assert out[0].sum() == 6 * 7 + 10 and out[1].sum() == 4 * 9 + 12 and (out[2:] == 1).all()
+  with pytest.raises(ValueError, match='does not fit'):
+    buckets.pad([np.zeros((5, 1))], (4, 4), 1)
+  with pytest.raises(ValueError, match='do not fit'):
+    buckets.pad([a, a], (4, 4), 1)

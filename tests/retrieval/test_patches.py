@@ -21,22 +21,22 @@ def first_fragments(folder, n=6):
 def test_patches_hold_ink_within_bounds_and_repeat(fragment_data):
   for path in first_fragments(os.path.join(fragment_data, 'test')):
     rgb = reader.decode(path)
-    got, sift = patches.extract(rgb, os.path.basename(path), size=32, max_patches=24,
-                                ink_bounds=BOUNDS, seed=0)
+    got, sift, _, _ = patches.extract(rgb, os.path.basename(path), size=32, max_patches=24,
+                                      ink_bounds=BOUNDS, seed=0, descriptors=True)
     assert got.dtype == np.uint8 and got.shape[1:] == (32, 32) and 1 <= len(got) <= 24
     assert set(np.unique(got)) <= {0, 255} and sift.shape == (len(got), 128)
     share = (got > 0).mean(axis=(1, 2))
     assert (share >= BOUNDS[0]).all() and (share <= BOUNDS[1]).all()
-    again, _ = patches.extract(rgb, os.path.basename(path), size=32, max_patches=24,
-                               ink_bounds=BOUNDS, seed=0)
+    again = patches.extract(rgb, os.path.basename(path), size=32, max_patches=24,
+                            ink_bounds=BOUNDS, seed=0).patches
     np.testing.assert_array_equal(got, again)  # the same fragment, the same patches
 
 
 def test_a_blank_fragment_still_gets_one_patch():
   rgb = np.full((20, 25, 3), 200, np.uint8)  # smaller than a patch, no ink at all
-  got, sift = patches.extract(rgb, 'blank.jpg', size=32, max_patches=8, ink_bounds=BOUNDS,
-                              seed=0)
-  assert got.shape == (1, 32, 32) and sift.shape == (1, 128)
+  got, sift, valid, _ = patches.extract(rgb, 'blank.jpg', size=32, max_patches=8,
+                                        ink_bounds=BOUNDS, seed=0, descriptors=True)
+  assert got.shape == (1, 32, 32) and sift.shape == (1, 128) and valid == 20 * 25
 
 
 def test_cache_round_trip_at_native_size(fragment_data, tmp_path):
@@ -48,9 +48,9 @@ def test_cache_round_trip_at_native_size(fragment_data, tmp_path):
   np.testing.assert_array_equal(src.writer_ids, listing.writer_ids)
   for f in range(len(src.names)):
     rgb = listing.read_rgb(f)
-    want, _ = patches.extract(rgb, src.names[f], size=config.input.patch_size,
-                              max_patches=config.input.max_patches,
-                              ink_bounds=config.input.ink_bounds, seed=config.seed)
+    want = patches.extract(rgb, src.names[f], size=config.input.patch_size,
+                           max_patches=config.input.max_patches,
+                           ink_bounds=config.input.ink_bounds, seed=config.seed).patches
     got = np.stack([src[i]['image'][..., 0] for i in range(src.starts[f], src.starts[f + 1])])
     np.testing.assert_array_equal(got, want)
     assert src.valid_pixels[f] == reader.valid_pixel_count(rgb)
@@ -151,13 +151,14 @@ def test_one_workdir_evaluated_on_two_datasets(fragment_data, fragment_evaluated
   with open(workdir / 'eval' / 'metrics.json') as f:
     report = json.load(f)['test']
   # It ends with a table of the headline scores (the JSON stays in metrics.json), after a
-  # line for each phase: the new data's SRS-LBP features are computed, with progress.
+  # line for each phase: the new data's patches and SRS-LBP features are computed, with
+  # progress.
   table = result.stdout[result.stdout.index('\ntest (step 6):\n'):].splitlines()
   assert table[2].split() == ['method', 'writer', 'mAP', 'Top-1', 'Pr@10', 'Pr@100', 'page',
                               'mAP', 'page', 'Top-1']
   srs_lbp = next(line for line in table if line.startswith('srs_lbp '))
   assert float(srs_lbp.split()[1]) == pytest.approx(report['srs_lbp/writer/map'], abs=5e-4)
-  for phase in ('SRS-LBP features (test):', 'embedding', "Scoring split 'test'"):
+  for phase in ('extracting patches', 'embedding', "Scoring split 'test'"):
     assert phase in result.stdout, phase
   assert '\r' not in result.stdout + result.stderr  # no progress bar: not a terminal
   queries = {k: v for k, v in report.items() if k.endswith('writer/num_queries')}

@@ -1,0 +1,238 @@
+"""The fragment task's per-fragment work and its end-to-end paths, against the code they
+replaced (bench/reference_patches.py, bench/reference_fragments.py), in turns.
+
+  python -m bench.fragment_features [--quick]
+
+- Per-fragment work other than the encoder: decode, area, binarisation, keypoints, patches
+  and SRS-LBP of synthetic fragments (retrieval/synth.py), as the evaluator and the index
+  now run it (retrieval/decode.py's workers, then retrieval/patches.py and lbp.py on the
+  device) against the code before: a thread pool sized by os.cpu_count(), each fragment
+  decoded, cut by scikit-image's Sauvola and OpenCV SIFT, decoded again for numpy SRS-LBP.
+  SRS-LBP features must be equal; the note says how many of the old patches the new
+  sampler also draws (the keypoint detector changed: retrieval/keypoints.py).
+- The evaluator's work on one split (its patches, their embeddings, its SRS-LBP features and
+  those of the train sample its PCA is fitted on), as retrieval/evaluate.py runs it now,
+  against the same steps with the code before (the embedding without the train step's
+  compiler options, as before).
+- Index build (launch.index: retrieval/index.py's build) against the index's embedding
+  before (bench/reference_patches.py: lbp_sample_pca, embed).
+- The embedding step alone, patches/s, with the train step's XLA options against XLA's
+  defaults: the embeddings must be equal.
+
+On a CPU-only machine the encoder runs on the same cores as everything else, so the
+per-fragment row leaves it out.
+"""
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+from bench import common
+
+FRAGMENTS = dict(full=dict(writers_train=2, writers_test=12, pages_per_writer=2),
+                 quick=dict(writers_train=1, writers_test=3, pages_per_writer=1))
+PER_FRAGMENT_TARGET = 10.0
+END_TO_END_TARGET = 3.0
+
+
+def demo_config(data_dir, cache_dir):
+  from configs import fragments
+  config = fragments.get_config('demo')
+  config.unlock()
+  config.eval.update(tune_split='', power=0.7, fusion_weight=0.25)
+  config.data.dir, config.data.cache_dir = data_dir, cache_dir
+  return config
+
+
+def trained_model(config):
+  """The demo's encoder with random weights: the same work as trained ones."""
+  import jax
+  from bengrapheme import evaluation, parallel, train
+  task = train.load_task(config)
+  mesh = parallel.make_mesh(config.mesh)
+  graphdef, state = train.init_state(config, task, mesh, pretrained=False)
+  model = evaluation.TrainedModel(train.apply_fn(graphdef), train.eval_variables(state), mesh, 0)
+  jax.block_until_ready(model.variables)
+  return model
+
+
+def per_fragment(config, src):
+  """(new, reference) timed callables over every fragment of `src`, each returning
+  (patches per fragment, SRS-LBP features)."""
+  import concurrent.futures
+  from bench import reference_fragments, reference_patches
+  from retrieval import decode, patches, reader
+  i = config.input
+  names = [os.path.basename(f.path) for f in src.fragments]
+  params = dict(size=i.patch_size, max_patches=i.max_patches, ink_bounds=i.ink_bounds,
+                seed=config.seed)
+
+  def new():
+    read = decode.prepared(src.read_rgb, range(len(src)), lbp_mask=True)
+    out = list(patches.extract_many(zip(names, read), with_lbp=True, **params))
+    return [e.patches for e in out], np.stack([e.lbp for e in out])
+
+  def reference():
+    def one(k):
+      rgb = src.read_rgb(k)
+      cut, _ = reference_patches.extract(rgb, names[k], **params)
+      reader.valid_pixel_count(rgb)
+      grey = reader.convert(src.read_rgb(k), color=False)  # decoded again, as before
+      return cut, reference_fragments.lbp_features(grey)
+
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
+      out = list(pool.map(one, range(len(src))))
+    return [c for c, _ in out], np.stack([x for _, x in out])
+
+  return new, reference
+
+
+def overlap(new, old):
+  """The share of the old patches (by their pixels) that the new sampler also draws."""
+  shared = total = 0
+  for a, b in zip(new, old):
+    kept = {p.tobytes() for p in a}
+    shared += sum(p.tobytes() in kept for p in b)
+    total += len(b)
+  return shared / total
+
+
+def evaluator_split(config, model, tmp):
+  """(new, reference) callables doing the evaluator's work on split 'test'."""
+  import concurrent.futures
+  from bench import reference_fragments, reference_patches
+  from bengrapheme import evaluation
+  from retrieval import data, evaluate, reader
+  runs = iter(range(10 ** 6))
+  i = config.input
+
+  def new():
+    config.data.cache_dir = os.path.join(tmp, f'cache{next(runs)}')
+    evaluate._lbp_pcas.clear()
+    workdir = os.path.join(tmp, f'work{next(runs)}')
+    src = data.source(config, workdir, 'test')
+    evaluate.patch_embeddings(config, model, src)
+    return evaluate.srs_lbp_embeddings(config, workdir, src)
+
+  def reference():
+    train, test = data.listing(config, 'train'), data.listing(config, 'test')
+
+    def features(listing, indices):
+      with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
+        return np.stack(list(pool.map(
+            lambda k: reference_fragments.lbp_features(
+                reader.convert(listing.read_rgb(k), color=False)), indices)))
+
+    def cut(k):
+      return reference_patches.extract(
+          test.read_rgb(k), os.path.basename(test.fragments[k].path), size=i.patch_size,
+          max_patches=i.max_patches, ink_bounds=i.ink_bounds, seed=config.seed)[0]
+
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
+      cuts = np.concatenate(list(pool.map(cut, range(len(test)))))
+    from retrieval.index import _Patches
+    next(evaluation.outputs_by_source(model, evaluate.embedding_fn(config), [_Patches(cuts)],
+                                      batch_size=config.eval.batch_size,
+                                      compiler_options=False))
+    fit_on = np.random.default_rng(config.seed).permutation(len(train))
+    features(train, fit_on[:config.eval.lbp_fit_fragments])
+    return features(test, range(len(test)))
+
+  return new, reference
+
+
+def index_build(config, model, tmp, listing):
+  from bench import reference_patches
+  from retrieval import index as index_lib
+  runs = iter(range(10 ** 6))
+  settings = dict(power=0.7, whitening_dims=0, rerank_k=0, fusion_weight=0.25)
+  paths = [os.path.join(listing.root, p) for p in listing.paths]
+  jobs = [(p, os.path.basename(p)) for p in paths]
+
+  def new():
+    index_lib.build(config, model, tmp, listing, os.path.join(tmp, f'index{next(runs)}'))
+
+  def reference():
+    fitted, known = reference_patches.lbp_sample_pca(config, paths, config.seed)
+    reference_patches.embed(config, model, settings, fitted, jobs, lambda *a: None,
+                            lbp_known=known)
+
+  return new, reference
+
+
+def embedding_step(config, model, src):
+  from bengrapheme import evaluation
+  from retrieval import evaluate
+
+  def run(options):
+    return lambda: next(evaluation.outputs_by_source(
+        model, evaluate.embedding_fn(config), [src], batch_size=config.eval.batch_size,
+        compiler_options=options))['embedding']
+
+  return run(True), run(False)
+
+
+def run(quick):
+  from retrieval import collection, data, reader, synth
+  size = 'quick' if quick else 'full'
+  rows = []
+  with tempfile.TemporaryDirectory() as tmp:
+    data_dir = os.path.join(tmp, 'data')
+    synth.write_dataset(data_dir, seed=0, workers=os.cpu_count(), page_size=(700, 1000),
+                        **FRAGMENTS[size])
+    config = demo_config(data_dir, os.path.join(tmp, 'cache'))
+    test = data.listing(config, 'test')
+    n = len(test)
+    pixels = np.mean([np.prod(reader.decode(f.path).shape[:2]) for f in test.fragments])
+    model = trained_model(config)
+
+    new, reference = per_fragment(config, test)
+    best = common.interleaved({'new': new, 'reference': reference}, 2)
+    (new_patches, new_lbp), (old_patches, old_lbp) = best['new'][1], best['reference'][1]
+    np.testing.assert_allclose(new_lbp, old_lbp, rtol=1e-6, atol=1e-7)
+    rate, reference_rate = n / best['new'][0], n / best['reference'][0]
+    rows.append(common.record(
+        'fragments: per-fragment work but the encoder', rate, 'fragments/s',
+        'the code before (skimage Sauvola, OpenCV SIFT, numpy SRS-LBP, threads)',
+        reference_rate, ratio=rate / reference_rate, target=f'>= {PER_FRAGMENT_TARGET:g}x',
+        passed=rate / reference_rate >= PER_FRAGMENT_TARGET, repeats=2,
+        note=f'{n} synthetic fragments of {pixels:,.0f} px on average: decode, area, ink, '
+             f'keypoints, patches, SRS-LBP (equal, asserted); the new sampler draws '
+             f'{overlap(new_patches, old_patches):.0%} of the old patches (another detector)'))
+
+    new, reference = evaluator_split(config, model, tmp)
+    best = common.interleaved({'new': new, 'reference': reference}, 2)
+    rate, reference_rate = n / best['new'][0], n / best['reference'][0]
+    rows.append(common.record(
+        'fragments: the evaluator on one split', rate, 'fragments/s', 'the code before',
+        reference_rate, ratio=rate / reference_rate, target=f'>= {END_TO_END_TARGET:g}x',
+        passed=rate / reference_rate >= END_TO_END_TARGET, repeats=2,
+        note=f'{n} test fragments: patches, their embeddings (demo encoder), SRS-LBP of the '
+             f'split and of the train sample for its PCA'))
+
+    listing = collection.list_images(os.path.join(data_dir, 'test'))
+    new, reference = index_build(config, model, tmp, listing)
+    best = common.interleaved({'new': new, 'reference': reference}, 2)
+    rate, reference_rate = n / best['new'][0], n / best['reference'][0]
+    rows.append(common.record(
+        'index: build rate', rate, 'fragments/s', "the index's embedding before",
+        reference_rate, ratio=rate / reference_rate, target=f'>= {END_TO_END_TARGET:g}x',
+        passed=rate / reference_rate >= END_TO_END_TARGET, repeats=2,
+        note=f'{n} synthetic fragments, demo encoder, SRS-LBP fusion'))
+
+    src = data.source(config, os.path.join(tmp, 'work-embed'), 'test')
+    ours, xla_default = embedding_step(config, model, src)
+    best = common.interleaved({'ours': ours, 'default': xla_default}, 3)
+    np.testing.assert_allclose(best['ours'][1], best['default'][1], rtol=1e-4, atol=1e-5)
+    rate, reference_rate = len(src) / best['ours'][0], len(src) / best['default'][0]
+    rows.append(common.record(
+        'fragments: embedding step (demo encoder)', rate, 'patches/s',
+        "XLA's default options", reference_rate, ratio=rate / reference_rate, repeats=3,
+        note=f"{len(src):,} patches, batch {config.eval.batch_size}, the train step's "
+             'compiler options; embeddings equal (asserted)'))
+  return rows
+
+
+if __name__ == '__main__':
+  sys.exit(common.main(__doc__, run))
