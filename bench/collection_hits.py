@@ -43,8 +43,7 @@ def hits(searcher, writers):
   hit, first = np.zeros(len(writers), bool), np.zeros(len(writers), bool)
   for start in range(0, len(writers), search.BLOCK):
     rows = np.arange(start, min(start + search.BLOCK, len(writers)))
-    d = searcher.distances(searcher.descriptors[rows], searcher.lbp[rows], exclude=rows)
-    top, _ = search.nearest(d, TOP)
+    top, _ = searcher.nearest(searcher.descriptors[rows], searcher.lbp[rows], TOP, exclude=rows)
     same = writers[top] == writers[rows][:, None]
     hit[rows], first[rows] = same.any(axis=1), same[:, 0]
   return dict(hit10=float(hit[answerable].mean()), top1=float(first[answerable].mean()),

@@ -7,24 +7,46 @@ z normalising each distance by its mean and standard deviation over pairs of the
 (all of them up to Z_PAIRS, else a seeded sample of that many). SGR re-ranking is not applied:
 it rebuilds every item's neighbourhood from every pair of the collection.
 
-Distances are computed exactly, a block of queries against every item at once
-(retrieval/metrics.py's kernels); bench/index_scale.py measures how far that stays
-interactive.
+Distances are computed exactly, on the device: the index's vectors are placed there once, laid
+out for the kernels, and one jitted call takes a block of queries against every item, leaves
+out each query's own row and ranks them (lax.top_k), so that only the k nearest of each query
+come back to the host, never the [queries, N] distances. The closest pairs of the collection
+are a running top-k over blocks of rows, also on the device. Among equal distances the lower
+row ranks first. bench/index_scale.py measures how far that stays interactive, against the
+host search these replaced (bench/reference_search.py).
 """
 import dataclasses
+import functools
 import json
 import os
+import typing
 
+import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from jax import lax
 from PIL import Image
 
 from bengrapheme import errors, eval_only, files, report
 from retrieval import collection, index as index_lib, metrics, pca
 
 Z_PAIRS = 200_000
-BLOCK = 256  # queries a kernel call ranks at once
+BLOCK = 256  # the most queries a kernel call ranks at once
+# Closest pairs: a block of rows meets only the columns from its start rounded down to a part
+# boundary, which skips most pairs j < i. Each part is a shape compiled once (about 1 s on 2
+# cores): at most PARTS of them, at least MIN_SPAN columns apart.
+PARTS, MIN_SPAN = 8, 16_384
 THUMB = 200  # px: the longest side of the largest image a page shows
+
+
+class Items(typing.NamedTuple):
+  """The collection on the device, laid out for the kernels (a pytree: one jit argument)."""
+  x: jax.Array  # float32 [N, D] descriptors
+  norms: jax.Array  # float32 [N] |x|^2
+  lbp: jax.Array | None  # float32 [L / L1_DIMS, L1_DIMS, N] SRS-LBP rows; None: no fusion
+  z: jax.Array  # float32 [1 or 2, 2]: (mean, std) of the encoder's, SRS-LBP's distances
+  weights: jax.Array  # float32 [2]: (1 - w, w)
 
 
 @dataclasses.dataclass
@@ -35,8 +57,7 @@ class Searcher:
   whitening: pca.PCA | None
   weight: float  # SRS-LBP fusion weight
   z: tuple  # (mean, std) of the encoder's and of SRS-LBP's distances over pairs
-  encoder_kernel: metrics.Against  # the vectors above, on the device
-  lbp_kernel: metrics.Against | None
+  items: Items  # the vectors above, on the device
 
   @staticmethod
   def of(index, seed=0):
@@ -49,11 +70,15 @@ class Searcher:
       dims = min(s['whitening_dims'], len(x) - 1, x.shape[1])
       whitening = pca.fit(x, dims, whiten=True)
       x = pca.l2_normalise(pca.project(whitening, x))
-    weight = float(s['fusion_weight'])
-    searcher = Searcher(x, index.entries.lbp, whitening, weight, (),
-                        metrics.Against(x), metrics.Against(index.entries.lbp,
-                                                            metric='cityblock') if weight else None)
+    x = np.asarray(x, np.float32)
+    searcher = Searcher(x, index.entries.lbp, whitening, float(s['fusion_weight']), (), None)
     searcher.z = searcher._pair_statistics(seed)
+    searcher.items = Items(
+        jnp.asarray(x), jnp.asarray(_norms(x)),
+        jnp.asarray(_dims_outermost(searcher.lbp)) if searcher.weight else None,
+        jnp.asarray(searcher.z, jnp.float32),
+        # rounded to float32 once, as numpy's float32 arithmetic takes a Python float
+        jnp.asarray([1 - searcher.weight, searcher.weight], jnp.float32))
     return searcher
 
   def _pair_statistics(self, seed):
@@ -77,49 +102,110 @@ class Searcher:
       descriptors = pca.l2_normalise(pca.project(self.whitening, descriptors))
     return np.asarray(descriptors, np.float32), np.asarray(lbp_rows, np.float32)
 
-  def distances(self, q_descriptors, q_lbp, exclude=None):
-    """[Q, N] float32 distances of queries to every item; exclude[k] >= 0 is the query's own
-    row (distance +inf: a query does not find itself)."""
-    (mean, std), *rest = self.z
-    d = (self.encoder_kernel.distances(q_descriptors, block_size=BLOCK) - mean) / std
-    if self.weight:
-      (l_mean, l_std), = rest
-      lbp_d = (self.lbp_kernel.distances(q_lbp, block_size=BLOCK) - l_mean) / l_std
-      d = (1 - self.weight) * d + self.weight * lbp_d
-    d = d.astype(np.float32)
-    if exclude is not None:
-      inside = np.flatnonzero(np.asarray(exclude) >= 0)
-      d[inside, np.asarray(exclude)[inside]] = np.inf
-    return d
-
-
-def nearest(d, top):
-  """(rows [Q, k], distances [Q, k]) of the k = min(top, N - 1) smallest per row, in order."""
-  k = min(top, d.shape[1] - 1) if np.isinf(d).any() else min(top, d.shape[1])
-  part = np.argpartition(d, k - 1, axis=1)[:, :k]
-  order = np.take_along_axis(d, part, 1).argsort(axis=1, kind='stable')
-  rows = np.take_along_axis(part, order, 1)
-  return rows, np.take_along_axis(d, rows, 1)
+  def nearest(self, q_descriptors, q_lbp, top, exclude=None):
+    """(rows [Q, k], distances [Q, k]) of each query's k nearest items, in order: k =
+    min(top, N - 1) when some query excludes its own row (exclude[q] >= 0: that row is at
+    +inf, a query does not find itself), else min(top, N)."""
+    q = np.asarray(q_descriptors, np.float32)
+    q_lbp = np.asarray(q_lbp, np.float32)
+    own = np.full(len(q), -1, np.int32) if exclude is None else np.asarray(exclude, np.int32)
+    n = len(self.descriptors)
+    k = min(top, n - 1) if (own >= 0).any() else min(top, n)
+    found = []
+    for s in range(0, len(q), BLOCK):
+      e = min(s + BLOCK, len(q))
+      size = min(BLOCK, 1 << (e - s - 1).bit_length())  # a few shapes, each compiled once
+      block = _ranked(self.items, _padded(q[s:e], size), _padded(_norms(q[s:e]), size),
+                      _dims_outermost(_padded(q_lbp[s:e], size)) if self.weight else None,
+                      _padded(own[s:e], size, -1), k=k)
+      found.append([np.asarray(a)[:e - s] for a in block])
+    return tuple(map(np.concatenate, zip(*found)))
 
 
 def closest_pairs(searcher, top):
-  """The `top` closest pairs (i < j) of the collection, [(distance, i, j)] in order, ranking
-  every item against every other a block at a time."""
-  n = len(searcher.descriptors)
-  best = np.zeros((0, 3))
+  """The `top` closest pairs (i < j) of the collection, [(distance, i, j)] by distance, then
+  i, then j: every item ranked against every later one a block of rows at a time, merged
+  into a running top-k on the device."""
+  items, n = searcher.items, len(searcher.descriptors)
+  best = (jnp.full(top, jnp.inf), jnp.full(top, -1, jnp.int32), jnp.full(top, -1, jnp.int32))
+  span = -(-max(MIN_SPAN, -(-n // PARTS)) // BLOCK) * BLOCK
+  first, columns = None, None
   for start in range(0, n, BLOCK):
-    rows = np.arange(start, min(start + BLOCK, n))
-    d = searcher.distances(searcher.descriptors[rows], searcher.lbp[rows])
-    d[np.arange(n)[None, :] <= rows[:, None]] = np.inf  # each pair once, never an item itself
-    flat = d.ravel()
-    k = min(top, np.isfinite(flat).sum())
-    if not k:
-      continue
-    pick = np.argpartition(flat, k - 1)[:k]
-    found = np.stack([flat[pick], rows[pick // n], pick % n], axis=1)
-    best = np.concatenate([best, found])
-    best = best[np.lexsort((best[:, 2], best[:, 1], best[:, 0]))][:top]
-  return [(float(dist), int(i), int(j)) for dist, i, j in best]
+    if start // span * span != first:
+      first = start // span * span
+      columns = items._replace(x=items.x[first:], norms=items.norms[first:],
+                               lbp=None if items.lbp is None else items.lbp[..., first:])
+    best = _pairs_block(items, columns, first, start, best)
+  d, i, j = map(np.asarray, best)
+  keep = np.isfinite(d)
+  return [(float(dist), int(a), int(b)) for dist, a, b in zip(d[keep], i[keep], j[keep])]
+
+
+# ------------------------------------------------------------------ the kernels
+
+
+def _padded(a, size, value=0):
+  """`a` with rows of `value` appended up to `size` rows: a query block's fixed shape."""
+  return np.pad(a, [(0, size - len(a))] + [(0, 0)] * (a.ndim - 1), constant_values=value)
+
+
+def _norms(x):
+  return np.einsum('ij,ij->i', x, x)  # as retrieval/metrics.py's kernels take them
+
+
+def _dims_outermost(rows):
+  """[R, L] -> [L' / L1_DIMS, L1_DIMS, R], L' = L zero-padded to a multiple of L1_DIMS: the
+  L1 kernel scans L1_DIMS dims at a time, each a contiguous run over the rows."""
+  rows = np.pad(rows, ((0, 0), (0, -rows.shape[1] % metrics.L1_DIMS)))
+  return rows.T.reshape(-1, metrics.L1_DIMS, rows.shape[0])
+
+
+def _fused(items, q, q_norms, q_lbp):
+  """[Q, N] fused distances of queries to every item."""
+  enc = (q_norms[:, None] + items.norms[None, :]) - 2.0 * (q @ items.x.T)
+  d = (enc - items.z[0, 0]) / items.z[0, 1]
+  if items.lbp is None:
+    return d
+
+  def step(acc, dims):
+    xs, qs = dims
+    for k in range(metrics.L1_DIMS):  # unrolled adds fuse into one loop, as in metrics.py
+      acc = acc + jnp.abs(qs[k][:, None] - xs[k][None, :])
+    return acc, None
+
+  l1, _ = lax.scan(step, jnp.zeros(d.shape, jnp.float32), (items.lbp, q_lbp))
+  return items.weights[0] * d + items.weights[1] * ((l1 - items.z[1, 0]) / items.z[1, 1])
+
+
+@functools.partial(jax.jit, static_argnames='k')
+def _ranked(items, q, q_norms, q_lbp, exclude, *, k):
+  """(rows, distances) [Q, k] of the queries' k nearest; exclude[q] >= 0 is left out."""
+  d = _fused(items, q, q_norms, q_lbp)
+  d = jnp.where(jnp.arange(d.shape[1])[None, :] == exclude[:, None], jnp.inf, d)
+  neg, rows = lax.top_k(-d, k)  # equal distances: the lower row first
+  return rows, -neg
+
+
+@jax.jit
+def _pairs_block(items, columns, first, start, best):
+  """The running best (distances, i, j) [top], merged with the pairs (i, j > i) of rows
+  start .. start + BLOCK - 1 and columns first .. N - 1 (the Items `columns`)."""
+  top = best[0].shape[0]
+  i = start + jnp.arange(BLOCK)
+  rows = jnp.minimum(i, items.x.shape[0] - 1)
+  q_lbp = None if items.lbp is None else items.lbp[:, :, rows]
+  d = _fused(columns, items.x[rows], items.norms[rows], q_lbp)
+  j = first + jnp.arange(d.shape[1])
+  d = jnp.where(j[None, :] > i[:, None], d, jnp.inf)  # rows past the end have no j > i
+  # Each row's best first: a block's best pairs are among them. Flattened row by row, equal
+  # distances stay ordered by i, then j, as top_k keeps the lower position first.
+  neg, col = lax.top_k(-d, min(top, d.shape[1]))
+  neg, pick = lax.top_k(neg.ravel(), min(top, neg.size))
+  found = (-neg, i[pick // col.shape[1]], j[col.ravel()[pick]])
+  # The running best holds earlier rows: first among equal distances.
+  merged = [jnp.concatenate(pair) for pair in zip(best, found)]
+  neg, pick = lax.top_k(-merged[0], top)
+  return tuple(m[pick] for m in merged)
 
 
 # ------------------------------------------------------------------ the page
@@ -234,7 +320,7 @@ def search_files(workdir, folder, queries, top, out):
     descriptors[outside], lbp_rows[outside] = _query_vectors(
         workdir, index, searcher, [queries[k] for k in outside])
   exclude = [r if r >= 0 and k not in outside else -1 for k, r in enumerate(own)]
-  rows, dist = nearest(searcher.distances(descriptors, lbp_rows, exclude), top)
+  rows, dist = searcher.nearest(descriptors, lbp_rows, top, exclude)
   lines, groups = list(notes), []
   for k, q in enumerate(queries):
     where = 'in the collection' if own[k] >= 0 else 'outside the collection'

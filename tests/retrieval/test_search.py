@@ -1,9 +1,13 @@
-"""retrieval/search.py's exact search against numpy written from its definition."""
+"""retrieval/search.py's exact search against numpy written from its definition, and the
+device search and SGR re-ranking against the host code they replaced
+(bench/reference_search.py): the same rankings, ties included."""
+import dataclasses
+
 import numpy as np
 import pytest
 
-from bench import index_scale
-from retrieval import metrics, search
+from bench import index_scale, reference_search
+from retrieval import aggregate, metrics, search
 
 
 @pytest.mark.parametrize('metric', ['euclidean', 'cityblock', 'cosine'])
@@ -36,11 +40,13 @@ def test_fused_distances_nearest_and_closest_pairs_match_numpy():
   searcher = search.Searcher.of(index)
   e = index.entries
   rows = np.array([3, 150, 299])
-  d = searcher.distances(e.descriptors[rows], e.lbp[rows], exclude=rows)
   expected = reference(index, e.descriptors[rows], e.lbp[rows])
   expected[np.arange(3), rows] = np.inf
-  np.testing.assert_allclose(d, expected, rtol=1e-4, atol=1e-4)
-  top, dist = search.nearest(d, 10)
+  # All 299 others: every fused distance, in order.
+  top, dist = searcher.nearest(e.descriptors[rows], e.lbp[rows], 300, exclude=rows)
+  assert top.shape == (3, 299)
+  np.testing.assert_allclose(dist, np.take_along_axis(expected, top, 1), rtol=1e-4, atol=1e-4)
+  top, dist = searcher.nearest(e.descriptors[rows], e.lbp[rows], 10, exclude=rows)
   np.testing.assert_array_equal(top, np.argsort(expected, axis=1)[:, :10])
   assert (np.diff(dist, axis=1) >= 0).all()
   assert not any(r in t for r, t in zip(rows, top))  # no query finds itself
@@ -49,3 +55,113 @@ def test_fused_distances_nearest_and_closest_pairs_match_numpy():
   best = np.argsort(full[i, j])[:15]
   pairs = search.closest_pairs(searcher, 15)
   assert [(a, b) for _, a, b in pairs] == list(zip(i[best].tolist(), j[best].tolist()))
+
+
+def random_index(n, seed, **settings):
+  """synthetic_index's layout with unnormalised Gaussian descriptors, and `settings`."""
+  index = index_scale.synthetic_index(n, seed)
+  rng = np.random.default_rng(seed)
+  entries = dataclasses.replace(index.entries,
+                                descriptors=rng.normal(size=(n, 24)).astype(np.float32) * 3)
+  return dataclasses.replace(index, entries=entries,
+                             header=dict(index.header, settings={**index.header['settings'],
+                                                                 **settings}))
+
+
+INDEXES = {
+    'synthetic': lambda: index_scale.synthetic_index(700),
+    'random, whitened, fused': lambda: random_index(600, 1, whitening_dims=16,
+                                                    fusion_weight=0.4),
+    'random, encoder only': lambda: random_index(600, 2, fusion_weight=0.0),
+}
+
+
+def assert_same_nearest(searcher, host, q, q_lbp, top, exclude):
+  rows, dist = searcher.nearest(q, q_lbp, top, exclude)
+  ref_rows, ref_dist = reference_search.nearest(host.distances(q, q_lbp, exclude), top)
+  np.testing.assert_array_equal(rows, ref_rows)
+  np.testing.assert_allclose(dist, ref_dist, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('name', INDEXES)
+def test_device_nearest_ranks_as_the_host_search(name):
+  searcher = search.Searcher.of(INDEXES[name]())
+  host = reference_search.Searcher(searcher)
+  x, lbp, n = searcher.descriptors, searcher.lbp, len(searcher.descriptors)
+  rng = np.random.default_rng(3)
+  # More queries than a block (256, then 44 padded to 64), each in the collection, itself
+  # excluded.
+  rows = rng.permutation(n)[:300]
+  assert_same_nearest(searcher, host, x[rows], lbp[rows], 20, rows)
+  # Queries from outside, alone and with ones from inside (exclude -1: nothing left out).
+  outside = x[:5] + rng.normal(size=x[:5].shape).astype(np.float32) * 0.1
+  assert_same_nearest(searcher, host, outside[:1], lbp[:1], 20, None)
+  assert_same_nearest(searcher, host, np.concatenate([outside, x[:2]]),
+                      np.concatenate([lbp[:5], lbp[:2]]), 7, [-1] * 5 + [0, 1])
+
+
+@pytest.mark.parametrize('name', INDEXES)
+def test_device_closest_pairs_are_the_host_pairs(name, monkeypatch):
+  monkeypatch.setattr(search, 'MIN_SPAN', search.BLOCK)  # several parts at this size
+  searcher = search.Searcher.of(INDEXES[name]())
+  got = search.closest_pairs(searcher, 40)
+  expected = reference_search.closest_pairs(reference_search.Searcher(searcher), 40)
+  assert [p[1:] for p in got] == [p[1:] for p in expected]
+  np.testing.assert_allclose([p[0] for p in got], [p[0] for p in expected], rtol=1e-4,
+                             atol=1e-4)
+
+
+def test_fewer_items_or_pairs_than_asked_for_are_all_of_them():
+  searcher = search.Searcher.of(index_scale.synthetic_index(5))
+  host = reference_search.Searcher(searcher)
+  x, lbp = searcher.descriptors, searcher.lbp
+  assert_same_nearest(searcher, host, x[:2] * 0.9, lbp[:2], 20, None)  # all 5
+  assert_same_nearest(searcher, host, x[:2], lbp[:2], 20, [0, -1])  # 4: one excludes itself
+  got = search.closest_pairs(searcher, 15)
+  assert got == sorted(got) and len(got) == 10
+  assert sorted(p[1:] for p in got) == [(i, j) for i in range(5) for j in range(i + 1, 5)]
+
+
+def test_equal_distances_rank_the_lower_row_first():
+  index = index_scale.synthetic_index(600)
+  e = index.entries
+  # Items 100, 300, 301 and 599 (the last) made copies of item 7: each query finds the
+  # copies at one distance, and the closest pairs are the ten among them.
+  copies = [7, 100, 300, 301, 599]
+  e.descriptors[copies], e.lbp[copies] = e.descriptors[7], e.lbp[7]
+  searcher = search.Searcher.of(index)
+  host = reference_search.Searcher(searcher)
+  q = np.concatenate([e.descriptors[copies], e.descriptors[7:8] * 0.9])
+  q_lbp = np.concatenate([e.lbp[copies], e.lbp[7:8]])
+  exclude = copies + [-1]
+  d = host.distances(q, q_lbp, exclude)
+  for row in d:
+    tied = row[[c for c in copies if np.isfinite(row[c])]]
+    assert (tied == tied[0]).all()  # exact ties, as the test needs
+  # As a stable sort of the host's distances (the host's own argpartition left ties in no
+  # set order).
+  rows, dist = searcher.nearest(q, q_lbp, 6, exclude)
+  assert (dist[:, :4] == dist[:, :1]).all()
+  np.testing.assert_array_equal(rows, np.argsort(d, axis=1, kind='stable')[:, :6])
+  np.testing.assert_array_equal(rows[:, :4], [[c for c in copies if c != own][:4]
+                                              for own in exclude])
+  # Six of the ten tied pairs: by i, then j.
+  pairs = search.closest_pairs(searcher, 6)
+  assert [p[1:] for p in pairs] == [(7, 100), (7, 300), (7, 301), (7, 599), (100, 300),
+                                    (100, 301)]
+  assert len({p[0] for p in pairs}) == 1
+
+
+def test_sgr_on_the_device_is_the_host_sgr():
+  rng = np.random.default_rng(4)
+  x = rng.normal(size=(300, 12))
+  x[[40, 41, 250]] = x[5]  # copies: a row's strongest after itself ties with itself
+  # Rows 60 and 61 at one angle either side of row 10, in dims where products are exact:
+  # equal affinities to it, and rows unlike each other, so that at k=1 the tie decides.
+  x[10], x[60], x[61] = 0, 0, 0
+  x[10, 0], x[[60, 61], 0], x[60, 1], x[61, 1] = 1, 1, 0.1, -0.1
+  x /= np.linalg.norm(x, axis=1, keepdims=True)
+  for k in (1, 4):
+    got = aggregate.sgr(x, k=k, gamma=0.2)
+    np.testing.assert_allclose(got, reference_search.sgr(x, k=k, gamma=0.2), atol=2e-5)
+    assert (got == got.T).all() and (np.diag(got) == 0).all()
