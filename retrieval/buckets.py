@@ -2,10 +2,11 @@
 
 Fragments come in many sizes (HisFrag20: about 300 to 1,500 px a side). A jitted kernel
 compiles once per input shape, so each image is zero-padded, top-left aligned, into a bucket:
-each side rounded up to the next rung of a fixed geometric ladder (at most 1.5x per rung, so
-padding wastes under 2.25x the pixels and usually far less), and images of one bucket are
-batched together, the batch size rounded up to a power of two. The kernels keep the padding
-out of every result by a mask (the fragment area, False in the padding).
+each side rounded up to the next rung of a fixed geometric ladder (each rung at most 1.5x the
+one below: a bucket of sides over 64 px holds under 2.25x its image's pixels, mostly far
+fewer), and images of one bucket are batched together, the batch size rounded up to a power
+of two. The kernels keep the padding out of every result by a mask (the fragment area, False
+in the padding) or by each image's true size.
 """
 import math
 
@@ -13,6 +14,7 @@ import numpy as np
 
 LADDER = (64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 STEP_BEYOND = 2048  # past the ladder's top, sides round up to multiples of this
+MAX_PIXELS = 2**24  # of a padded batch, by default
 
 
 def bucket_shape(h, w):
@@ -20,7 +22,7 @@ def bucket_shape(h, w):
   return _rung(h), _rung(w)
 
 
-def groups(shapes, max_pixels=2**24):
+def groups(shapes, max_pixels=MAX_PIXELS):
   """[((H, W), indices, batch)]: the images of `shapes` ([(h, w)]) grouped by bucket.
 
   Buckets come in the order of their first image, and a bucket's images in their order,
