@@ -1,15 +1,16 @@
 """The fragment task's per-fragment work and its end-to-end paths, against the code they
-replaced (bench/reference_patches.py, bench/reference_fragments.py), in turns.
+replaced (bench/reference_patches.py, retrieval/lbp_host.py), in turns.
 
   python -m bench.fragment_features [--quick]
 
 - Per-fragment work other than the encoder: decode, area, binarisation, keypoints, patches
   and SRS-LBP of synthetic fragments (retrieval/synth.py), as the evaluator and the index
-  now run it (retrieval/decode.py's workers, then retrieval/patches.py and lbp.py on the
-  device) against the code before: a thread pool sized by os.cpu_count(), each fragment
-  decoded, cut by scikit-image's Sauvola and OpenCV SIFT, decoded again for numpy SRS-LBP.
-  SRS-LBP features must be equal; the note says how many of the old patches the new
-  sampler also draws (the keypoint detector changed: retrieval/keypoints.py).
+  now run it (retrieval/patches.py: each file read once in worker processes, SIFT detection
+  only, the rest in the workers on a CPU-only machine or on the device), against the code
+  before: a thread pool sized by os.cpu_count(), each fragment decoded, cut by scikit-image's
+  Sauvola and OpenCV SIFT (detection and description), decoded again for SRS-LBP. A second
+  row runs the device kernels on whatever device this is (on a CPU: the same silicon). The
+  patches and SRS-LBP features must be equal.
 - The evaluator's work on one split (its patches, their embeddings, its SRS-LBP features and
   those of the train sample its PCA is fitted on), as retrieval/evaluate.py runs it now,
   against the same steps with the code before (the embedding without the train step's
@@ -61,16 +62,17 @@ def per_fragment(config, src):
   """(new, reference) timed callables over every fragment of `src`, each returning
   (patches per fragment, SRS-LBP features)."""
   import concurrent.futures
-  from bench import reference_fragments, reference_patches
-  from retrieval import decode, patches, reader
+  from bench import reference_patches
+  from retrieval import lbp_host
+  from retrieval import patches, reader
   i = config.input
   names = [os.path.basename(f.path) for f in src.fragments]
   params = dict(size=i.patch_size, max_patches=i.max_patches, ink_bounds=i.ink_bounds,
                 seed=config.seed)
 
   def new():
-    read = decode.prepared(src.read_rgb, range(len(src)), lbp_mask=True)
-    out = list(patches.extract_many(zip(names, read), with_lbp=True, **params))
+    out = list(patches.extract_all(src.read_rgb, range(len(src)), names, with_lbp=True,
+                                   **params))
     return [e.patches for e in out], np.stack([e.lbp for e in out])
 
   def reference():
@@ -79,7 +81,7 @@ def per_fragment(config, src):
       cut, _ = reference_patches.extract(rgb, names[k], **params)
       reader.valid_pixel_count(rgb)
       grey = reader.convert(src.read_rgb(k), color=False)  # decoded again, as before
-      return cut, reference_fragments.lbp_features(grey)
+      return cut, lbp_host.lbp_features(grey)
 
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
       out = list(pool.map(one, range(len(src))))
@@ -88,20 +90,18 @@ def per_fragment(config, src):
   return new, reference
 
 
-def overlap(new, old):
-  """The share of the old patches (by their pixels) that the new sampler also draws."""
-  shared = total = 0
-  for a, b in zip(new, old):
-    kept = {p.tobytes() for p in a}
-    shared += sum(p.tobytes() in kept for p in b)
-    total += len(b)
-  return shared / total
+def assert_equal(new, old):
+  (new_patches, new_lbp), (old_patches, old_lbp) = new, old
+  for a, b in zip(new_patches, old_patches):
+    np.testing.assert_array_equal(a, b)
+  np.testing.assert_allclose(new_lbp, old_lbp, rtol=1e-6, atol=1e-7)
 
 
 def evaluator_split(config, model, tmp):
   """(new, reference) callables doing the evaluator's work on split 'test'."""
   import concurrent.futures
-  from bench import reference_fragments, reference_patches
+  from bench import reference_patches
+  from retrieval import lbp_host
   from bengrapheme import evaluation
   from retrieval import data, evaluate, reader
   runs = iter(range(10 ** 6))
@@ -121,7 +121,7 @@ def evaluator_split(config, model, tmp):
     def features(listing, indices):
       with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
         return np.stack(list(pool.map(
-            lambda k: reference_fragments.lbp_features(
+            lambda k: lbp_host.lbp_features(
                 reader.convert(listing.read_rgb(k), color=False)), indices)))
 
     def cut(k):
@@ -174,7 +174,7 @@ def embedding_step(config, model, src):
 
 
 def run(quick):
-  from retrieval import collection, data, reader, synth
+  from retrieval import collection, data, patches, reader, synth
   size = 'quick' if quick else 'full'
   rows = []
   with tempfile.TemporaryDirectory() as tmp:
@@ -188,18 +188,29 @@ def run(quick):
     model = trained_model(config)
 
     new, reference = per_fragment(config, test)
+    where = 'device kernels' if patches.on_device() else 'worker processes'
     best = common.interleaved({'new': new, 'reference': reference}, 2)
-    (new_patches, new_lbp), (old_patches, old_lbp) = best['new'][1], best['reference'][1]
-    np.testing.assert_allclose(new_lbp, old_lbp, rtol=1e-6, atol=1e-7)
+    assert_equal(best['new'][1], best['reference'][1])
     rate, reference_rate = n / best['new'][0], n / best['reference'][0]
     rows.append(common.record(
         'fragments: per-fragment work but the encoder', rate, 'fragments/s',
-        'the code before (skimage Sauvola, OpenCV SIFT, numpy SRS-LBP, threads)',
+        'the code before (threads, each file decoded twice, SIFT described)',
         reference_rate, ratio=rate / reference_rate, target=f'>= {PER_FRAGMENT_TARGET:g}x',
         passed=rate / reference_rate >= PER_FRAGMENT_TARGET, repeats=2,
         note=f'{n} synthetic fragments of {pixels:,.0f} px on average: decode, area, ink, '
-             f'keypoints, patches, SRS-LBP (equal, asserted); the new sampler draws '
-             f'{overlap(new_patches, old_patches):.0%} of the old patches (another detector)'))
+             f'keypoints, patches, SRS-LBP, here in {where}; patches and SRS-LBP equal '
+             '(asserted)'))
+    if not patches.on_device():  # the kernels an accelerator runs, on this CPU
+      with patches.forced_device():
+        best = common.interleaved({'new': new, 'reference': reference}, 1)
+      assert_equal(best['new'][1], best['reference'][1])
+      kernels = n / best['new'][0]
+      rows.append(common.record(
+          'fragments: the same with the device kernels on this CPU', kernels, 'fragments/s',
+          'the code before', n / best['reference'][0],
+          ratio=kernels / (n / best['reference'][0]), repeats=1,
+          note='Sauvola, box sums and SRS-LBP as jitted kernels over shape buckets '
+               '(compilation included: one repeat); what an accelerator runs'))
 
     new, reference = evaluator_split(config, model, tmp)
     best = common.interleaved({'new': new, 'reference': reference}, 2)

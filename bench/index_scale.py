@@ -2,14 +2,9 @@
 
   python -m bench.index_scale [--quick]
 
-- Index build rate: fragments/s of retrieval/index.py building the index of synthetic
-  fragments (retrieval/synth.py) with the demo's encoder (random weights: the same work as
-  trained ones) and SRS-LBP fusion, against the evaluator's own path over the same fragments
-  (the patch cache, the patch embeddings, the SRS-LBP features: retrieval/evaluate.py), in
-  turns. The index adds the chunked bookkeeping that makes it resumable and incremental.
 - Index size: bytes per image of index.npz (64-d descriptor, 200-d SRS-LBP embedding, the
   relative path, size and time) at the largest N below, and what 350,000 fragments (the
-  Cairo Genizah) would take, against the evaluator's patch cache of the build-rate images.
+  Cairo Genizah) would take. (The index's build rate is bench/fragment_features.py's.)
 - Query latency: one query against N indexed images (10,000, 100,000, 350,000; synthetic
   descriptors), the fused distance and its 20 nearest as retrieval/search.py computes them on
   the device, against the host search it replaced (bench/reference_search.py: the [1, N]
@@ -35,19 +30,9 @@ from bench import common
 
 SIZES = dict(full=(10_000, 100_000, 350_000), quick=(10_000, 50_000))
 PAIRS = dict(full=100_000, quick=5_000)
-FRAGMENTS = dict(full=dict(writers_test=12, pages_per_writer=2),
-                 quick=dict(writers_test=4, pages_per_writer=1))
 GENIZAH = 350_000
 INTERACTIVE_S = 1.0
 TOP = 20
-
-
-def demo_config(**eval_settings):
-  from configs import fragments
-  config = fragments.get_config('demo')
-  config.unlock()
-  config.eval.update(tune_split='', power=0.7, fusion_weight=0.25, **eval_settings)
-  return config
 
 
 def synthetic_index(n, seed=0):
@@ -168,57 +153,15 @@ def search_rows(size):
   return rows
 
 
-def build_rate(size):
-  """(index fragments/s, evaluator fragments/s, fragments, patch cache bytes per image)."""
-  import jax
-  from bengrapheme import evaluation, parallel, train
-  from retrieval import collection, data, evaluate, index as index_lib, synth
-  with tempfile.TemporaryDirectory() as tmp:
-    synth.write_dataset(os.path.join(tmp, 'data'), writers_train=2, seed=0, workers=os.cpu_count(),
-                        page_size=(700, 1000), **FRAGMENTS[size])
-    config = demo_config()
-    config.data.dir = os.path.join(tmp, 'data')
-    task = train.load_task(config)
-    mesh = parallel.make_mesh(config.mesh)
-    graphdef, state = train.init_state(config, task, mesh, pretrained=False)
-    model = evaluation.TrainedModel(train.apply_fn(graphdef), train.eval_variables(state),
-                                    mesh, 0)
-    listing = collection.list_images(os.path.join(tmp, 'data', 'test'))
-    n = len(listing.paths)
-    runs = iter(range(100))
-
-    def index_build():
-      index_lib.build(config, model, tmp, listing, os.path.join(tmp, f'index{next(runs)}'))
-
-    def evaluator():
-      config.data.cache_dir = os.path.join(tmp, f'cache{next(runs)}')
-      src = data.source(config, tmp, 'test')
-      evaluate.patch_embeddings(config, model, src)
-      evaluate.lbp_features(data.listing(config, 'test'), range(n), None)
-      return sum(os.path.getsize(os.path.join(src.path, f)) for f in os.listdir(src.path))
-
-    jax.block_until_ready(model.variables)
-    best = common.interleaved({'index': index_build, 'evaluator': evaluator}, 2)
-  return n / best['index'][0], n / best['evaluator'][0], n, best['evaluator'][1] / n
-
-
 def run(quick):
   size = 'quick' if quick else 'full'
-  rows = []
-  rate, reference_rate, n, cache_bytes = build_rate(size)
   largest = max(SIZES[size])
   index_bytes = bytes_per_image(largest)
-  rows.append(common.record(
-      'index: build rate', rate, 'fragments/s', "the evaluator's patches, embeddings and "
-      'SRS-LBP of the same fragments', reference_rate, ratio=rate / reference_rate, repeats=2,
-      note=f'{n} synthetic fragments, demo encoder, SRS-LBP fusion'))
-  rows.append(common.record(
-      'index: bytes per fragment', index_bytes, 'bytes', "the evaluator's patch cache",
-      cache_bytes, ratio=cache_bytes / index_bytes,
+  rows = [common.record(
+      'index: bytes per fragment', index_bytes, 'bytes', None, None, ratio=None,
       note=f'index.npz of {largest:,} images; at 350,000 fragments: '
-           f'{index_bytes * GENIZAH / 1e6:,.0f} MB'))
-  rows += search_rows(size)
-  return rows
+           f'{index_bytes * GENIZAH / 1e6:,.0f} MB')]
+  return rows + search_rows(size)
 
 
 if __name__ == '__main__':

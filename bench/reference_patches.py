@@ -9,7 +9,7 @@ timed and compared against (bench/fragment_features.py, tests):
   chunk extracted, then embedded, in turns.
 
 Only the imports differ: retrieval modules this code called now have device versions, so it
-calls the references (bench/reference_fragments.py's lbp_features, `extract` here).
+calls the numpy SRS-LBP where it now lives (retrieval/lbp_host.py, unchanged) and `extract` here.
 """
 import collections
 import concurrent.futures
@@ -20,9 +20,9 @@ import cv2
 import numpy as np
 from skimage.filters import threshold_sauvola
 
-from bench import reference_fragments
+
 from bengrapheme import console, errors, evaluation
-from retrieval import aggregate, collection, evaluate, lbp, pca, reader
+from retrieval import aggregate, collection, evaluate, lbp, lbp_host, pca, reader
 from retrieval.index import CHUNK, Entries, _Patches
 
 SAUVOLA_WINDOW = 25  # px: a few stroke widths at HisFrag20's resolution
@@ -97,7 +97,8 @@ def lbp_sample_pca(config, paths, seed):
 
   def one(i):
     try:
-      return reference_fragments.lbp_features(reader.convert(collection.read_fragment(paths[i]), color=False))
+      return lbp_host.lbp_features(reader.convert(collection.read_fragment(paths[i]),
+                                                  color=False))
     except collection.Unreadable:
       return None
 
@@ -135,7 +136,7 @@ def embed(config, model, settings, lbp_pca, jobs, on_chunk, progress=None, lbp_k
     if fuse:
       features = lbp_known.pop(path, None)
       if features is None:
-        features = reference_fragments.lbp_features(reader.convert(rgb, color=False))
+        features = lbp_host.lbp_features(reader.convert(rgb, color=False))
     return cut, features, None
 
   pending = collections.deque()

@@ -49,7 +49,8 @@ import time
 from bench import common
 from bengrapheme import files
 
-MODULES = ('input_pipeline', 'train_step', 'metrics_speed', 'sharding', 'index_scale')
+MODULES = ('input_pipeline', 'train_step', 'metrics_speed', 'sharding', 'fragment_features',
+           'index_scale')
 # Run only when named with --only: ~1 h and ~45 GB of disk (bench/real_sizes.py).
 ON_REQUEST = ('real_sizes',)
 RESULTS = os.path.join(common.ROOT, 'bench', 'results.json')

@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from bengrapheme import cache, console, evaluation, files, input as input_lib
-from retrieval import collection, decode, lbp, patches, reader, surrogate
+from retrieval import collection, lbp, patches, reader, surrogate
 
 CACHE_LAYOUT = 3  # bump when the cache's files or the patch sampler change
 # data.format of a scholar's own folder of images: any names, nested, no labels
@@ -71,20 +71,18 @@ class PatchSource:
 
 def _build(src, folder, params):
   """Extracts the patches of every fragment of a reader.FragmentSource into `folder`: each
-  file decoded once in worker processes (retrieval/decode.py), the rest on the device
-  (retrieval/patches.py). A bad fragment raises reader.DataError naming it, but for a
+  file decoded once in worker processes (retrieval/patches.py says where the rest runs). A bad fragment raises reader.DataError naming it, but for a
   collection's image (data.format='collection'), which is named and gets no patches. Patches
   (and, when asked, SIFT descriptors and SRS-LBP features) are appended to disk as they come,
   in fragment order, so memory holds only the fragments in flight, whatever the split's size."""
   counts, valid = np.zeros(len(src), np.int64), np.zeros(len(src), np.int32)
   size, with_lbp, descriptors = params['patch_size'], params['srs_lbp'], params['descriptors']
-  read = decode.prepared(src.read_rgb, range(len(src)), lbp_mask=with_lbp,
-                         skip=(collection.Unreadable,))
   names = [os.path.basename(f.path) for f in src.fragments]
-  extracted = patches.extract_many(zip(names, read), size=size,
-                                   max_patches=params['max_patches'],
-                                   ink_bounds=params['ink_bounds'], seed=params['seed'],
-                                   with_lbp=with_lbp, descriptors=descriptors)
+  extracted = patches.extract_all(src.read_rgb, range(len(src)), names, size=size,
+                                  max_patches=params['max_patches'],
+                                  ink_bounds=params['ink_bounds'], seed=params['seed'],
+                                  with_lbp=with_lbp, descriptors=descriptors,
+                                  skip=(collection.Unreadable,))
   raw = folder / 'patches.raw'
   lbp_rows = np.zeros((len(src), len(lbp.RADII) * lbp.NUM_BINS if with_lbp else 0), np.float32)
   with open(raw, 'wb') as out, open(folder / 'sift.raw', 'wb') as sift_out, \

@@ -26,13 +26,11 @@ chooses, stage by stage in pipeline order (power, whitening, re-ranking, fusion)
 keeping the value with the best val writer mAP given the earlier choices; a tie keeps the
 earlier value of the grid, so a step that does not help stays off.
 """
-import itertools
-
 import jax
 import numpy as np
 
 from bengrapheme import cache, console, evaluation, files
-from retrieval import aggregate, data, decode, distances_io, lbp, metrics, patches, pca, report
+from retrieval import aggregate, data, distances_io, lbp, metrics, pca, report
 from retrieval.model import preprocess
 
 # The grids the val split tunes over, in pipeline order; the first value of each is "off".
@@ -67,14 +65,13 @@ def labelings(src):
 
 def lbp_features(src, indices, what):
   """SRS-LBP features [len(indices), 3072] of fragments `indices` of a reader.FragmentSource
-  at their own resolution: decoded in worker processes, computed on the device."""
-  read = decode.prepared(src.read_rgb, indices, lbp_mask=True)
+  at their own resolution, each decoded once (lbp.features_of)."""
   rows = []
   with console.Progress(len(indices), what, unit='fragment') as progress:
-    while window := list(itertools.islice(read, patches.WINDOW)):
-      rows.append(lbp.features([p.grey for p in window], [p.lbp_mask for p in window]))
-      progress.update(len(window))
-  return np.concatenate(rows)
+    for x in lbp.features_of(src.read_rgb, indices):
+      rows.append(x)
+      progress.update()
+  return np.stack(rows)
 
 
 def lbp_pca(config, workdir):

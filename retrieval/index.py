@@ -30,7 +30,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from bengrapheme import console, errors, evaluation, files, workdir_lock
-from retrieval import aggregate, collection, decode, evaluate, lbp, patches, pca
+from retrieval import aggregate, collection, evaluate, lbp, patches, pca
 
 LAYOUT = 1  # bump when index.npz changes
 CHUNK = 256  # images embedded, then kept in partial/, at a time
@@ -173,15 +173,13 @@ def lbp_sample_pca(config, paths, seed):
   be read are left to the main pass to report."""
   order = np.random.default_rng(seed).permutation(len(paths))[:config.eval.lbp_fit_fragments]
   found = {}
-  read = decode.prepared(collection.read_fragment, [paths[i] for i in order], lbp_mask=True,
-                         skip=(collection.Unreadable,))
+  sample = [paths[i] for i in order]
   with console.Progress(len(order), 'SRS-LBP features for its PCA', unit='image') as progress:
-    for window in _windows(zip(order, read)):
-      usable = [(i, p) for i, p in window if not isinstance(p, str)]
-      if usable:
-        rows = lbp.features([p.grey for _, p in usable], [p.lbp_mask for _, p in usable])
-        found.update({paths[i]: x for (i, _), x in zip(usable, rows)})
-      progress.update(len(window))
+    for path, x in zip(sample, lbp.features_of(collection.read_fragment, sample,
+                                               skip=(collection.Unreadable,))):
+      if not isinstance(x, str):
+        found[path] = x
+      progress.update()
   if len(found) < 2:
     raise errors.UserError('SRS-LBP fusion needs at least 2 readable images to fit its PCA')
   features = np.stack(list(found.values()))
@@ -204,11 +202,10 @@ def embed(config, model, settings, lbp_pca, jobs, on_chunk, progress=None, lbp_k
   lbp_known = lbp_known or {}
   fuse = settings['fusion_weight'] > 0
   i = config.input
-  read = decode.prepared(collection.read_fragment, [path for path, _ in jobs], lbp_mask=fuse,
-                         skip=(collection.Unreadable,))
-  extracted = patches.extract_many(((name, p) for (_, name), p in zip(jobs, read)),
-                                   size=i.patch_size, max_patches=i.max_patches,
-                                   ink_bounds=i.ink_bounds, seed=config.seed, with_lbp=fuse)
+  extracted = patches.extract_all(collection.read_fragment, [path for path, _ in jobs],
+                                  [name for _, name in jobs], size=i.patch_size,
+                                  max_patches=i.max_patches, ink_bounds=i.ink_bounds,
+                                  seed=config.seed, with_lbp=fuse, skip=(collection.Unreadable,))
   pending = collections.deque()
 
   def finish(start, results, embeddings):

@@ -22,8 +22,8 @@ The HisFrag20 organisers' baseline, following their tools (bilde `lbpFeatures2 -
   `retrieval_metrics(embed(pca.fit(train_features, 200), f), labels, metric='cityblock')`.
 
 Computed by jitted kernels over padded batches ([B, H, W], retrieval/buckets.py), on whatever
-device JAX has, equal to the numpy reference they replaced (bench/reference_fragments.py):
-pass 1 histograms |sample - centre| on the device, the host picks each T from those
+device JAX has, equal to the numpy code of retrieval/lbp_host.py (which a CPU-only host
+runs instead, retrieval/patches.py): pass 1 histograms |sample - centre| on the device, the host picks each T from those
 histograms in float64 (Otsu's argmax in float32 could pick another level), pass 2 histograms
 the codes on the device, and the host normalises. The padding lies outside the mask, so it
 never counts. `features` takes a list of images of any sizes; `features_padded` a batch the
@@ -31,29 +31,19 @@ caller has padded. On a CPU they take about 1.3x the reference's time.
 """
 
 import functools
+import itertools
 import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy import ndimage
 
-from retrieval import buckets, pca as pca_lib
+from retrieval import buckets, lbp_host, pca as pca_lib
+from retrieval.lbp_host import NUM_BINS, RADII, fragment_mask
 
-RADII = tuple(range(1, 13))
-NUM_BINS = 256
 # On a CPU, batches of one 700 x 700 fragment took ~20 % less time a fragment than batches
 # of 8 (measured on 2 cores; a batch's temporaries grow with it).
 CPU_MAX_PIXELS = 2**20
-
-
-def fragment_mask(gray, black_level=8):
-  """Fragment area of a fragment image: not black, with holes filled.
-
-  Filling holes keeps dark ink strokes inside the fragment; `black_level` absorbs JPEG noise
-  in the black surround.
-  """
-  return ndimage.binary_fill_holes(np.asarray(gray) > black_level)
 
 
 def lbp_codes(gray, radius, threshold=0):
@@ -116,7 +106,7 @@ def features_padded(grey, mask, *, radii=RADII, threshold='otsu'):
   radii = tuple(radii)
   if threshold == 'otsu':
     deltas = np.asarray(_delta_histograms(grey, mask, radii))
-    thresholds = np.array([[_otsu(h) for h in image] for image in deltas], np.int32)
+    thresholds = np.array([[lbp_host.otsu(h) for h in image] for image in deltas], np.int32)
   else:
     thresholds = np.full((grey.shape[0], len(radii)), int(threshold), np.int32)
   hist = np.asarray(_code_histograms(grey, mask, thresholds, radii)).astype(np.float64)
@@ -124,6 +114,23 @@ def features_padded(grey, mask, *, radii=RADII, threshold='otsu'):
   total = hist.sum(axis=-1, keepdims=True)
   hist = np.divide(hist, total, out=hist, where=total > 0)
   return hist.reshape(grey.shape[0], -1).astype(np.float32)
+
+
+def features_of(read, indices, *, skip=()):
+  """SRS-LBP features of read(i) (a picklable callable i -> RGB uint8 [H, W, 3]) for each of
+  `indices`, in order, as arrays float32 [3072] (or the message of a file skipped for an
+  exception of the types `skip`): each read once in worker processes, the features computed
+  there on a CPU-only machine (lbp_host) and on the device otherwise."""
+  from retrieval import decode, patches  # patches imports this module
+  host = None if patches.on_device() else {}
+  read = decode.prepared(read, indices, lbp_mask=True, skip=skip, host=host)
+  while window := list(itertools.islice(read, patches.WINDOW)):
+    usable = [p for p in window if not isinstance(p, str)]
+    if host is None and usable:
+      computed = iter(features([p.grey for p in usable], [p.lbp_mask for p in usable]))
+    else:
+      computed = iter([p.lbp for p in usable])
+    yield from (p if isinstance(p, str) else next(computed) for p in window)
 
 
 def embed(pca, features):
@@ -278,24 +285,3 @@ def _histogram(values, valid):
   return (joint.sum(axis=2) + joint.sum(axis=1))[:, :NUM_BINS]
 
 
-def _otsu(hist):
-  """bilde's Otsu threshold on a histogram of |sample - centre| (float64, as the reference).
-
-  The threshold maximising the between-class variance, the last one on ties; 0 when 99 % of
-  the histogram lies below it.
-  """
-  hist = np.asarray(hist, np.float64)
-  levels = np.arange(NUM_BINS, dtype=np.float64)
-  total, mass = hist.sum(), (levels * hist).sum()
-  w_back = np.cumsum(hist)
-  w_fore = total - w_back
-  s_back = np.cumsum(levels * hist)
-  ok = (w_back > 0) & (w_fore > 0)
-  if not ok.any():
-    return 0
-  with np.errstate(divide='ignore', invalid='ignore'):
-    between = w_back * w_fore * (s_back / w_back - (mass - s_back) / w_fore) ** 2
-  between = np.where(ok, between, -1.0)
-  # bilde keeps the last threshold reaching the maximum (>=).
-  t = int(np.flatnonzero(between == between.max())[-1])
-  return 0 if hist[:t].sum() >= 0.99 * total else t

@@ -3,31 +3,33 @@
 Writer identity lives in the shapes of strokes at their real size, so nothing is rescaled:
 for each fragment (grey, native resolution)
   1. the fragment's area is its non-black pixels (outside the cut the image is black);
-  2. ink is found by Sauvola's local threshold inside that area (retrieval/binarise.py);
-  3. difference-of-Gaussians keypoints (retrieval/keypoints.py: SIFT's detector) are found,
-     and a keypoint is kept when it lies on ink, its patch (size x size, centred on it) lies
-     inside the fragment, and the patch's ink share is within `ink_bounds` (no near-empty
-     paper, no solid blots);
+  2. ink is found by Sauvola's local threshold inside that area;
+  3. SIFT keypoints (OpenCV's detector) are found, and a keypoint is kept when it lies on
+     ink, its patch (size x size, centred on it) lies inside the fragment, and the patch's
+     ink share is within `ink_bounds` (no near-empty paper, no solid blots);
   4. up to `max_patches` of them are drawn, seeded by the fragment's name, so the same
      fragment always gives the same patches; a fragment with too few keypoints is topped up
-     from other ink pixels that make good patches, and one with none at all gets its
-     centre patch.
+     from random ink pixels that make good patches, and one with none at all gets its centre
+     patch.
 Patches are stored binarised (ink 255, else 0): paper tone, stains and ink colour change from
 page to page of one writer, stroke shapes do not (binarised patches helped Christlein et al.
 2017). Training with surrogate classes also needs each patch's SIFT descriptor
-(surrogate.py), which OpenCV computes at the chosen patches only.
+(surrogate.py), computed for the chosen patches only.
 
-Steps 1 (counting), 2, 3 and the tests of step 3 run on the device for a batch of fragments
-padded to one of a few shapes (retrieval/buckets.py), so nothing recompiles per image; the
-host reads the file (retrieval/decode.py, in worker processes) and draws the patches from the maps the
-device returns.
+Where the work runs: worker processes read each file once and detect its keypoints
+(retrieval/decode.py). On an accelerator, steps 2 and 3's tests (Sauvola, box sums) and
+SRS-LBP run on the device for a batch of fragments padded to one of a few shapes
+(retrieval/binarise.py, retrieval/buckets.py, retrieval/lbp.py); on a CPU-only machine the
+workers compute the same maps in numpy and scikit-image, which are faster there and compile
+nothing (bench/fragment_features.py measures both). The draw is the host's either way, and
+the patches are the same.
 
 This is the sampling of Christlein et al. 2017 and Peer et al. 2023 (32x32 patches at SIFT
 keypoints on ink, native scale).
 """
+import contextlib
 import functools
 import itertools
-import math
 import typing
 import zlib
 
@@ -35,11 +37,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from retrieval import binarise, buckets, decode, keypoints, lbp
+from retrieval import binarise, buckets, decode, lbp
 
-MAX_PIXELS = 2 ** 23  # of a padded device batch: its float scale space stays under ~1 GB
+MAX_PIXELS = 2 ** 24  # of a padded device batch
 WINDOW = 64  # fragments grouped into buckets at a time: bounds what waits in memory
-INSIDE = 0.1  # at most this share of a patch may lie outside the fragment
 
 
 class Extracted(typing.NamedTuple):
@@ -49,52 +50,67 @@ class Extracted(typing.NamedTuple):
   lbp: np.ndarray | None  # float32 [3072] SRS-LBP features, when asked for
 
 
-def _count_bounds(size, ink_bounds):
-  """Integer ink-pixel and outside-pixel limits equal to the share tests in float64."""
-  cells = size * size
-  low = next(c for c in range(cells + 1) if c / cells >= ink_bounds[0])
-  high = max(c for c in range(cells + 1) if c / cells <= ink_bounds[1])
-  return low, high, math.floor(INSIDE * cells)
+_forced = []
+
+
+def on_device():
+  """Whether the maps and SRS-LBP run on the device (an accelerator) or in the workers."""
+  return bool(_forced) or jax.default_backend() != 'cpu'
+
+
+@contextlib.contextmanager
+def forced_device():
+  """The device kernels even on a CPU: what tests and bench compare with the host's work."""
+  _forced.append(True)
+  try:
+    yield
+  finally:
+    _forced.pop()
 
 
 @functools.partial(jax.jit, static_argnames=('size', 'limits'))
-def _maps(grey, area, sizes, *, size, limits):
-  """uint8 [B, H, W] of bits: 1 ink at the pixel; 2 a good patch whose top-left corner is the
-  pixel (inside, ink share within bounds, ink at its centre); 4 such a patch centred on a
-  keypoint."""
+def device_maps(grey, area, sizes, *, size, limits):
+  """decode.host_maps for a padded batch: uint8 [B, H, W] of grey uint8 and area bool
+  [B, H, W], each image's true (h, w) in sizes int32 [B, 2]."""
   low, high, outside = limits
   ink = binarise.ink_mask_padded(grey, area, sizes)
-  ink_count = binarise.box_sum_padded(ink, size)
-  good = ((binarise.box_sum_padded(~area, size) <= outside) &
-          (ink_count >= low) & (ink_count <= high))
+  count = binarise.box_sum_padded(ink, size)
+  good = ((binarise.box_sum_padded(~area, size) <= outside) & (count >= low) & (count <= high))
   h, w = good.shape[1:]
-  centre = lambda m: m[:, size // 2:size // 2 + h, size // 2:size // 2 + w]
-  good &= centre(ink)
-  at_keypoint = good & centre(keypoints.detect(grey))
-  corners = lambda m: jnp.pad(m, ((0, 0), (0, size - 1), (0, size - 1))).astype(jnp.uint8)
-  return ink.astype(jnp.uint8) | corners(good) << 1 | corners(at_keypoint) << 2
+  good &= ink[:, size // 2:size // 2 + h, size // 2:size // 2 + w]
+  corners = jnp.pad(good, ((0, 0), (0, size - 1), (0, size - 1))).astype(jnp.uint8)
+  return ink.astype(jnp.uint8) | corners << 1
 
 
-def _choose(maps, shape, name, *, size, max_patches, seed):
-  """Top-left corners [n, 2] of the fragment's patches from its maps (module docstring)."""
-  h, w = max(shape[0], size), max(shape[1], size)  # a small fragment is padded to a patch
-  corners = maps[:h - size + 1, :w - size + 1]
+def _choose(maps, shape, keypoints, name, *, size, max_patches, seed):
+  """Top-left corners [(top, left)] of the fragment's patches (module docstring) from its
+  maps, in the order and with the draws the sampler has always made."""
+  h, w = max(shape[0], size), max(shape[1], size)
+  good = (maps[:h - size + 1, :w - size + 1] & 2) > 0
+  ink = (maps & 1) > 0
   rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-  found = np.flatnonzero(corners & 4)
-  if len(found) > max_patches:
-    found = found[np.sort(rng.choice(len(found), max_patches, replace=False))]
-  if len(found) < max_patches:
-    others = np.flatnonzero((corners & 6) == 2)
-    found = np.concatenate([found, others[rng.permutation(len(others))[:max_patches - len(found)]]])
-  if not len(found):
-    return np.array([[(h - size) // 2, (w - size) // 2]])
-  return np.stack(np.unravel_index(found, corners.shape), axis=1)
+  corners = {}  # top-left corner -> in keypoint order, one patch a location
+  for y, x in keypoints.tolist():
+    top, left = y - size // 2, x - size // 2
+    if 0 <= top <= h - size and 0 <= left <= w - size and ink[y, x] and good[top, left]:
+      corners.setdefault((top, left), None)
+  chosen = list(corners)
+  if len(chosen) > max_patches:
+    chosen = [chosen[i] for i in np.sort(rng.choice(len(chosen), max_patches, replace=False))]
+  extra = []
+  if len(chosen) < max_patches:  # top up from random ink pixels that make good patches
+    tops, lefts = np.nonzero(good)
+    picks = rng.permutation(len(tops))[:max_patches - len(chosen)]
+    extra = [(int(tops[i]), int(lefts[i])) for i in picks
+             if (tops[i], lefts[i]) not in corners]
+  if not chosen and not extra:
+    extra = [((h - size) // 2, (w - size) // 2)]
+  return chosen + extra
 
 
 def _descriptors(grey, chosen, size):
   """uint8 [n, 128]: OpenCV's SIFT descriptor of each patch, at the patch's own scale."""
-  import cv2  # only surrogate training needs it
-  cv2.setNumThreads(1)  # one thread a worker: the pool is the parallelism
+  import cv2
   pad = ((0, max(0, size - grey.shape[0])), (0, max(0, size - grey.shape[1])))
   points = [cv2.KeyPoint(l + size / 2, t + size / 2, size / 2) for t, l in chosen]
   points, found = cv2.SIFT_create().compute(np.pad(grey, pad), points)
@@ -103,50 +119,73 @@ def _descriptors(grey, chosen, size):
   return np.clip(found, 0, 255).astype(np.uint8)
 
 
+def _on_device(window, size, limits, with_lbp):
+  """{row of window: (maps, SRS-LBP features or None)} of the items without host maps."""
+  rows = [r for r, (_, p) in enumerate(window) if not isinstance(p, str) and p.maps is None]
+  shapes = [(max(window[r][1].grey.shape[0], size), max(window[r][1].grey.shape[1], size))
+            for r in rows]
+  pending = []
+  for shape, group, batch in buckets.groups(shapes, MAX_PIXELS):
+    taken = [window[rows[k]][1] for k in group]
+    grey = jax.device_put(buckets.pad([p.grey for p in taken], shape, batch))
+    sizes = np.ones((batch, 2), np.int32)
+    sizes[:len(taken)] = [p.grey.shape for p in taken]
+    area = buckets.pad([p.area for p in taken], shape, batch)
+    maps = device_maps(grey, area, sizes, size=size, limits=limits)  # runs while LBP waits
+    features = [None] * len(taken)
+    if with_lbp:
+      features = lbp.features_padded(grey, buckets.pad([p.lbp_mask for p in taken], shape,
+                                                       batch))
+    pending.append(([rows[k] for k in group], maps, features))
+  out = {}
+  for group, maps, features in pending:
+    maps = np.asarray(maps)
+    out.update({r: (maps[k], features[k]) for k, r in enumerate(group)})
+  return out
+
+
 def extract_many(items, *, size, max_patches, ink_bounds, seed, with_lbp=False,
                  descriptors=False):
   """Extracted for each (name, decode.Prepared) of `items`, in order (a generator: `items` is
   read a WINDOW at a time); an item whose Prepared is a string (why a file could not be read)
   passes through as that string. with_lbp: SRS-LBP features too (Prepared.lbp_mask set)."""
-  limits = _count_bounds(size, ink_bounds)
+  limits = decode.count_limits(size, ink_bounds)
   items = iter(items)
   while window := list(itertools.islice(items, WINDOW)):
-    out = [p if isinstance(p, str) else None for _, p in window]
-    usable = [r for r, (_, p) in enumerate(window) if not isinstance(p, str)]
-    pending = []
-    # A fragment smaller than a patch is padded to one (its patch holds the padding).
-    shapes = [(max(window[r][1].grey.shape[0], size), max(window[r][1].grey.shape[1], size))
-              for r in usable]
-    for shape, rows, batch in buckets.groups(shapes, MAX_PIXELS):
-      rows = [usable[r] for r in rows]
-      taken = [window[r][1] for r in rows]
-      grey = jax.device_put(buckets.pad([p.grey for p in taken], shape, batch))
-      area = jax.device_put(buckets.pad([p.area for p in taken], shape, batch))
-      sizes = np.zeros((batch, 2), np.int32)
-      sizes[:len(taken)] = [p.grey.shape for p in taken]
-      sizes[len(taken):] = 1
-      maps = _maps(grey, area, sizes, size=size, limits=limits)  # runs while LBP waits
-      features = None
-      if with_lbp:
-        features = lbp.features_padded(
-            grey, jax.device_put(buckets.pad([p.lbp_mask for p in taken], shape, batch)))
-      pending.append((rows, maps, features))
-    for rows, maps, features in pending:
-      maps = np.asarray(maps)
-      for k, r in enumerate(rows):
-        name, p = window[r]
-        chosen = _choose(maps[k], p.grey.shape, name, size=size, max_patches=max_patches,
-                         seed=seed)
-        ink = maps[k] & 1
-        cut = np.stack([ink[t:t + size, l:l + size] for t, l in chosen]) * np.uint8(255)
-        out[r] = Extracted(cut, _descriptors(p.grey, chosen, size) if descriptors else None,
-                           int(p.area.sum()), None if features is None else features[k])
-    yield from out
+    computed = _on_device(window, size, limits, with_lbp)
+    for r, (name, p) in enumerate(window):
+      if isinstance(p, str):
+        yield p
+        continue
+      maps, features = computed.get(r, (p.maps, p.lbp))
+      chosen = _choose(maps, p.grey.shape, p.keypoints, name, size=size,
+                       max_patches=max_patches, seed=seed)
+      ink = maps & 1
+      cut = np.stack([ink[t:t + size, l:l + size] for t, l in chosen]) * np.uint8(255)
+      yield Extracted(cut, _descriptors(p.grey, chosen, size) if descriptors else None,
+                      int(p.area.sum()), features if with_lbp else None)
+
+
+def host_work(size, ink_bounds):
+  """decode.prepared's `host`: the maps computed in the workers on a CPU-only machine."""
+  return None if on_device() else dict(size=size, ink_bounds=ink_bounds)
+
+
+def extract_all(read, indices, names, *, size, max_patches, ink_bounds, seed, with_lbp=False,
+                descriptors=False, skip=()):
+  """Extracted (or the message of a file skipped for an exception of the types `skip`) of
+  read(i) for each of `indices`, named `names`, in order: read once in worker processes."""
+  prepared = decode.prepared(read, indices, lbp_mask=with_lbp, skip=skip,
+                             host=host_work(size, ink_bounds))
+  return extract_many(zip(names, prepared), size=size, max_patches=max_patches,
+                      ink_bounds=ink_bounds, seed=seed, with_lbp=with_lbp,
+                      descriptors=descriptors)
 
 
 def extract(rgb, name, *, size, max_patches, ink_bounds, seed, with_lbp=False,
             descriptors=False):
-  """Extracted of one RGB uint8 [H, W, 3] fragment (extract_many of one)."""
-  return next(extract_many([(name, decode.prepare(rgb, with_lbp))], size=size,
-                           max_patches=max_patches, ink_bounds=ink_bounds, seed=seed,
-                           with_lbp=with_lbp, descriptors=descriptors))
+  """Extracted of one RGB uint8 [H, W, 3] fragment."""
+  prepared = decode.prepare(rgb, with_lbp, host_work(size, ink_bounds))
+  return next(extract_many([(name, prepared)], size=size, max_patches=max_patches,
+                           ink_bounds=ink_bounds, seed=seed, with_lbp=with_lbp,
+                           descriptors=descriptors))

@@ -207,3 +207,27 @@ def test_training_evaluations_log_the_val_choice_that_the_index_reads(fragment_d
   assert any('val/tuned_settings/fusion_weight' in row for row in rows)
   run_module('launch.index', CONFIG, '--workdir', workdir, '--collection', scholar[0])
   assert load(workdir).header['chosen_on'] == 'val (checkpoint step 6)'
+
+
+@pytest.mark.slow
+def test_two_processes_build_the_index_one_process_builds(indexed, tmp_path):
+  """launch.index as one jax.distributed job of 2 processes (launch.local): each embeds its
+  slice of the images, process 0 fits the SRS-LBP PCA before and merges after."""
+  args = ['launch.index', CONFIG, '--workdir', indexed['workdir'], '--collection',
+          indexed['folder']]
+  run_module(*args, '--index', tmp_path / 'one')
+  two = run_module('launch.local', '--processes', '2', '--devices-per-process', '1', '--',
+                   *args, '--index', tmp_path / 'two')
+  one = index_lib.load(str(tmp_path / 'one' / 'index.npz'))
+  both = index_lib.load(str(tmp_path / 'two' / 'index.npz'))
+  from retrieval import collection
+  n = len(collection.list_images(str(indexed['folder'])).paths)  # the unreadable one too
+  shares = [int(k.replace(',', '')) for k in re.findall(r'embedding ([\d,]+) images',
+                                                        two.stdout + two.stderr)]
+  assert sorted(shares) == [n // 2, n - n // 2], shares  # each process its half
+  np.testing.assert_array_equal(both.entries.paths, one.entries.paths)
+  np.testing.assert_allclose(both.entries.descriptors, one.entries.descriptors, rtol=1e-5,
+                             atol=1e-6)
+  np.testing.assert_array_equal(both.entries.lbp, one.entries.lbp)
+  np.testing.assert_array_equal(both.lbp_pca.components, one.lbp_pca.components)
+  assert not (tmp_path / 'two' / 'partial').exists()

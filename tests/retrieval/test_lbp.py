@@ -5,8 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from bench import reference_fragments
-from retrieval import buckets, lbp, metrics, pca as pca_lib, reader
+from retrieval import buckets, lbp, lbp_host, metrics, pca as pca_lib, reader
 
 RAMP = np.array([[10, 20, 30],
                  [40, 50, 60],
@@ -112,11 +111,11 @@ def test_otsu_matches_bilde(seed):
              for _ in range(8)]
   valid = rng.random(shape) < 0.8
   hist = sum(np.bincount(np.abs(s - centre)[valid], minlength=256) for s in samples)
-  assert lbp._otsu(hist) == bilde_otsu(hist)
+  assert lbp_host.otsu(hist) == bilde_otsu(hist)
   # The reference looks at every second row and column: repeat each pixel 2 x 2 so that it
   # sees exactly the arrays above.
   up = lambda a: np.repeat(np.repeat(a, 2, axis=0), 2, axis=1)
-  got = reference_fragments._otsu_threshold([up(s) for s in samples], up(centre), up(valid))
+  got = lbp_host._otsu_threshold([up(s) for s in samples], up(centre), up(valid))
   assert got == bilde_otsu(hist)
 
 
@@ -170,21 +169,21 @@ def test_features_equal_the_reference_in_one_batch(fragment_data):
   got = lbp.features(greys)
   assert got.shape == (len(greys), 3072) and got.dtype == np.float32
   for g, f in zip(greys, got):
-    np.testing.assert_array_equal(f, reference_fragments.lbp_features(g))
+    np.testing.assert_array_equal(f, lbp_host.lbp_features(g))
   # Caller's masks (noise with a hole: codes next to it are left out), a fixed threshold.
   masks = [np.ones(s, bool) for s in shapes]
   for m in masks:
     m[m.shape[0] // 3:m.shape[0] // 2, 10:30] = False
   got = lbp.features(greys, masks, threshold=5)
   for g, m, f in zip(greys, masks, got):
-    np.testing.assert_array_equal(f, reference_fragments.lbp_features(g, m, threshold=5))
+    np.testing.assert_array_equal(f, lbp_host.lbp_features(g, m, threshold=5))
 
 
 def test_features_padded_equal_the_image_alone():
   img = texture('lines', 3, size=101)[:, :91]  # odd sides: an odd number of centres
   mask = lbp.fragment_mask(img)
   alone = lbp.features_padded(img[None], mask[None])
-  np.testing.assert_array_equal(alone[0], reference_fragments.lbp_features(img, mask))
+  np.testing.assert_array_equal(alone[0], lbp_host.lbp_features(img, mask))
   # Into a larger bucket, with noise in the padding (outside the mask) and empty rows.
   grey = np.random.default_rng(0).integers(0, 256, (4, 128, 96)).astype(np.uint8)
   grey[0, :101, :91] = img
@@ -198,9 +197,9 @@ def test_single_image_calls_match_the_reference():
   img = texture('diagonal', 4, size=64)
   for r in (1, 2, 5):
     np.testing.assert_array_equal(lbp.lbp_codes(img, r, threshold=3),
-                                  reference_fragments.lbp_codes(img, r, threshold=3))
+                                  lbp_host.lbp_codes(img, r, threshold=3))
   np.testing.assert_array_equal(lbp.lbp_features(img, radii=(3, 7)),
-                                reference_fragments.lbp_features(img, radii=(3, 7)))
+                                lbp_host.lbp_features(img, radii=(3, 7)))
   with pytest.raises(ValueError, match='mask shape'):
     lbp.lbp_features(img, np.ones((3, 3), bool))
 

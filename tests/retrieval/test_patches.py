@@ -1,5 +1,7 @@
 """The patch pipeline: ink-centred patches, their cache, surrogate classes, aggregation,
 SGR re-ranking and fusion, each against a plain reference."""
+import contextlib
+import functools
 import json
 import os
 import shutil
@@ -30,6 +32,35 @@ def test_patches_hold_ink_within_bounds_and_repeat(fragment_data):
     again = patches.extract(rgb, os.path.basename(path), size=32, max_patches=24,
                             ink_bounds=BOUNDS, seed=0).patches
     np.testing.assert_array_equal(got, again)  # the same fragment, the same patches
+
+
+def read_nth(paths, i):
+  return reader.decode(paths[i])
+
+
+@pytest.mark.parametrize('device', [False, True])
+def test_patches_and_srs_lbp_are_those_the_code_before_drew(fragment_data, device):
+  """In worker processes (a CPU-only machine) or with the device kernels (an accelerator):
+  the same patches as the sampler before (bench/reference_patches.py) and the same SRS-LBP
+  features as the numpy code, for fragments of many sizes in shared buckets."""
+  from bench import reference_patches
+  from retrieval import lbp_host
+  paths = first_fragments(os.path.join(fragment_data, 'test'), 10)
+  paths += first_fragments(os.path.join(fragment_data, 'train'), 4)
+  names = [os.path.basename(p) for p in paths]
+  read = functools.partial(read_nth, paths)  # the workers are other processes: picklable
+  with contextlib.ExitStack() as stack:
+    if device:
+      stack.enter_context(patches.forced_device())
+    got = list(patches.extract_all(read, range(len(paths)), names, size=32, max_patches=24,
+                                   ink_bounds=BOUNDS, seed=3, with_lbp=True))
+  for path, name, e in zip(paths, names, got):
+    rgb = reader.decode(path)
+    want, _ = reference_patches.extract(rgb, name, size=32, max_patches=24, ink_bounds=BOUNDS,
+                                        seed=3)
+    np.testing.assert_array_equal(e.patches, want)
+    np.testing.assert_array_equal(e.lbp, lbp_host.lbp_features(reader.convert(rgb, False)))
+    assert e.valid_pixels == reader.valid_pixel_count(rgb)
 
 
 def test_a_blank_fragment_still_gets_one_patch():

@@ -1,12 +1,28 @@
-"""The numpy SRS-LBP that retrieval/lbp.py's jitted kernels replaced, kept so tests and bench
-compare against it (moved verbatim from retrieval/lbp.py; see that module's docstring for the
-method). ~125 ms of one core per 670 x 670 fragment.
+"""SRS-LBP in numpy, on the host: what a CPU-only machine runs, in its worker processes, and
+the reference retrieval/lbp.py's jitted kernels equal (tests/retrieval/test_lbp.py).
+
+The method is retrieval/lbp.py's docstring. On a CPU these numpy passes beat the kernels
+(~125 ms of one core per 670 x 670 fragment against ~160 ms, and nothing to compile per
+shape: bench/fragment_features.py); on an accelerator the kernels take the work off the host.
+No jax here: worker processes import this module.
 """
 
 import math
-import numpy as np
 
-from retrieval.lbp import NUM_BINS, RADII, fragment_mask
+import numpy as np
+from scipy import ndimage
+
+RADII = tuple(range(1, 13))
+NUM_BINS = 256
+
+
+def fragment_mask(gray, black_level=8):
+  """Fragment area of a fragment image: not black, with holes filled.
+
+  Filling holes keeps dark ink strokes inside the fragment; `black_level` absorbs JPEG noise
+  in the black surround.
+  """
+  return ndimage.binary_fill_holes(np.asarray(gray) > black_level)
 
 
 def lbp_codes(gray, radius, threshold=0):
@@ -130,6 +146,16 @@ def _otsu_threshold(samples, centre, valid):
   # Invalid pixels go to bins >= 256 and are dropped: cheaper than selecting the valid ones.
   deltas += np.int16(NUM_BINS) * ~valid[half]
   hist = np.bincount(deltas.ravel(), minlength=2 * NUM_BINS)[:NUM_BINS].astype(np.float64)
+  return otsu(hist)
+
+
+def otsu(hist):
+  """bilde's Otsu threshold on a histogram of |sample - centre| (float64).
+
+  The threshold maximising the between-class variance, the last one on ties; 0 when 99 % of
+  the histogram lies below it.
+  """
+  hist = np.asarray(hist, np.float64)
   levels = np.arange(NUM_BINS, dtype=np.float64)
   total, mass = hist.sum(), (levels * hist).sum()
   w_back = np.cumsum(hist)
