@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-SAUVOLA_WINDOW = 25
-SAUVOLA_K = 0.2
+from retrieval.decode import SAUVOLA_K, SAUVOLA_WINDOW  # the host's, which this equals
+
 SAUVOLA_R = 127.5  # skimage's default: half the dtype's range, 0.5 * (255 - 0)
 
 

@@ -201,8 +201,8 @@ def patch_params(config, split):
   i = config.input
   return dict(layout=CACHE_LAYOUT, patch_size=i.patch_size, max_patches=i.max_patches,
               ink_bounds=list(i.ink_bounds), seed=config.seed,
-              descriptors=split == 'train' and config.train.labels == 'surrogate',
-              srs_lbp=split != 'train' and bool(config.eval.srs_lbp))
+              descriptors=split == 'train' and config.train.get('labels') == 'surrogate',
+              srs_lbp=split != 'train' and bool(config.eval.get('srs_lbp')))
 
 
 def source(config, workdir, split):

@@ -186,7 +186,7 @@ def lbp_sample_pca(config, paths, seed):
   return pca.fit(features, min(200, len(features) - 1, features.shape[1])), found
 
 
-def _windows(items, size=CHUNK):
+def _windows(items, size):
   items = iter(items)
   while window := list(itertools.islice(items, size)):
     yield window
@@ -229,7 +229,7 @@ def embed(config, model, settings, lbp_pca, jobs, on_chunk, progress=None, lbp_k
       progress.update(len(results))
 
   def sources():
-    for start, results in zip(itertools.count(0, CHUNK), _windows(extracted)):
+    for start, results in zip(itertools.count(0, CHUNK), _windows(extracted, CHUNK)):
       cuts = [e.patches for e in results if not isinstance(e, str)]
       if not cuts:
         finish(start, results, None)
