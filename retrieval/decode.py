@@ -1,13 +1,14 @@
 """The host's part of the fragment features: each image read once, in worker processes.
 
 A worker decodes a fragment (retrieval/reader.py, or retrieval/collection.py for a scholar's
-folder) and prepares what the patch sampler and SRS-LBP read (`Prepared`): the grey image,
-the fragment's area, OpenCV's SIFT keypoints (detection only: no descriptor is used) and,
-for SRS-LBP, its mask with holes filled. On an accelerator the rest runs on the device
-(retrieval/patches.py, retrieval/lbp.py); on a CPU-only machine the worker computes it too,
-in numpy and scikit-image (`host_maps`, retrieval/lbp_host.py), which are faster there than
-the kernels and compile nothing. Workers run ahead of the consumer by a bounded number of
-fragments, so decoding overlaps the device's work and memory stays bounded.
+folder), finds the fragment's area and OpenCV's SIFT keypoints (detection only: no
+descriptor is used). On an accelerator it hands the device the rest (`prepare`: the grey
+image, the area, the keypoints and SRS-LBP's mask; retrieval/patches.py, retrieval/lbp.py);
+on a CPU-only machine it does the rest itself (`extract`: Sauvola and the patch tests in
+scikit-image and numpy, the draw, SRS-LBP in retrieval/lbp_host.py), which is faster there
+than the kernels, compiles nothing, and sends back only the patches. Both give the same
+patches. Workers run ahead of the consumer by a bounded number of fragments, so decoding
+overlaps the device's work and memory stays bounded.
 
 No jax here: the workers import this module, not the device code.
 """
@@ -15,6 +16,7 @@ import collections
 import math
 import os
 import typing
+import zlib
 
 import cv2
 import numpy as np
@@ -30,14 +32,18 @@ INSIDE = 0.1  # at most this share of a patch may lie outside the fragment
 
 
 class Prepared(typing.NamedTuple):
-  """A fragment as the patch sampler and SRS-LBP read it."""
+  """A fragment as the device's part reads it (retrieval/patches.py)."""
   grey: np.ndarray  # uint8 [H, W], as Pillow converts RGB to grey
   area: np.ndarray  # bool [H, W]: inside the fragment (some channel above BLACK_THRESHOLD)
-  keypoints: np.ndarray | None  # int64 [n, 2]: (y, x) of SIFT's keypoints, rounded, in its
-  # order (None when only SRS-LBP is wanted)
+  keypoints: np.ndarray  # int64 [n, 2]: (y, x) of SIFT's keypoints, rounded, in its order
   lbp_mask: np.ndarray | None  # bool [H, W]: SRS-LBP's fragment mask, when it is wanted
-  maps: np.ndarray | None  # uint8: `host_maps`, when the host computes them
-  lbp: np.ndarray | None  # float32 [3072]: SRS-LBP features, when the host computes them
+
+
+class Extracted(typing.NamedTuple):
+  patches: np.ndarray  # uint8 [n, size, size], ink 255, n >= 1
+  sift: np.ndarray | None  # uint8 [n, 128] when descriptors were asked for
+  valid_pixels: int  # pixels inside the fragment
+  lbp: np.ndarray | None  # float32 [3072] SRS-LBP features, when asked for
 
 
 def keypoints(grey, area):
@@ -84,23 +90,83 @@ def host_maps(grey, area, size, ink_bounds):
   return maps
 
 
-def prepare(rgb, lbp_mask=False, host=None):
-  """Prepared of RGB uint8 [H, W, 3]; the grey and the brightest channel in Pillow's C loops
-  (a numpy channel maximum took ~10x longer). host: computed here too: dict(size,
-  ink_bounds) the maps, and with lbp_mask the SRS-LBP features; dict() the features alone
-  (no keypoints then: only SRS-LBP is wanted)."""
+def grey_and_area(rgb):
+  """(grey uint8, area bool) of RGB uint8 [H, W, 3], in Pillow's C loops (a numpy channel
+  maximum took ~10x longer)."""
   image = Image.fromarray(rgb)
-  grey = np.asarray(image.convert('L'))
   r, g, b = image.split()
   area = np.asarray(ImageChops.lighter(ImageChops.lighter(r, g), b)) > reader.BLACK_THRESHOLD
-  mask = lbp_host.fragment_mask(grey) if lbp_mask else None
-  maps = features = None
-  if host is not None and lbp_mask:
-    features = lbp_host.lbp_features(grey, mask)
-  if host is not None and 'size' in host:
-    maps = host_maps(grey, area, host['size'], host['ink_bounds'])
-  found = keypoints(grey, area) if host is None or 'size' in host else None
-  return Prepared(grey, area, found, mask, maps, features)
+  return np.asarray(image.convert('L')), area
+
+
+def prepare(rgb, name, lbp_mask=False):
+  """Prepared of RGB uint8 [H, W, 3], for the device (`name` unused: as `extract`)."""
+  grey, area = grey_and_area(rgb)
+  return Prepared(grey, area, keypoints(grey, area),
+                  lbp_host.fragment_mask(grey) if lbp_mask else None)
+
+
+def choose(maps, shape, found, name, *, size, max_patches, seed):
+  """Top-left corners [(top, left)] of a fragment's patches (retrieval/patches.py's
+  docstring) from its maps (`host_maps`'s bits) and keypoints `found`, with the draws the
+  sampler has always made."""
+  h, w = max(shape[0], size), max(shape[1], size)
+  good = (maps[:h - size + 1, :w - size + 1] & 2) > 0
+  ink = (maps & 1) > 0
+  rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+  corners = {}  # top-left corner -> in keypoint order, one patch a location
+  for y, x in found.tolist():
+    top, left = y - size // 2, x - size // 2
+    if 0 <= top <= h - size and 0 <= left <= w - size and ink[y, x] and good[top, left]:
+      corners.setdefault((top, left), None)
+  chosen = list(corners)
+  if len(chosen) > max_patches:
+    chosen = [chosen[i] for i in np.sort(rng.choice(len(chosen), max_patches, replace=False))]
+  extra = []
+  if len(chosen) < max_patches:  # top up from random ink pixels that make good patches
+    tops, lefts = np.nonzero(good)
+    picks = rng.permutation(len(tops))[:max_patches - len(chosen)]
+    extra = [(int(tops[i]), int(lefts[i])) for i in picks
+             if (tops[i], lefts[i]) not in corners]
+  if not chosen and not extra:
+    extra = [((h - size) // 2, (w - size) // 2)]
+  return chosen + extra
+
+
+def descriptors(grey, chosen, size):
+  """uint8 [n, 128]: OpenCV's SIFT descriptor of each patch, at the patch's own scale."""
+  cv2.setNumThreads(1)
+  pad = ((0, max(0, size - grey.shape[0])), (0, max(0, size - grey.shape[1])))
+  points = [cv2.KeyPoint(l + size / 2, t + size / 2, size / 2) for t, l in chosen]
+  points, found = cv2.SIFT_create().compute(np.pad(grey, pad), points)
+  if found is None or len(points) != len(chosen):  # OpenCV dropped a point at the border
+    found = np.zeros((len(chosen), 128), np.float32)
+  return np.clip(found, 0, 255).astype(np.uint8)
+
+
+def cut(grey, found, maps, name, *, size, max_patches, seed, with_descriptors):
+  """(patches uint8 [n, size, size] (ink 255), their SIFT descriptors or None)."""
+  chosen = choose(maps, grey.shape, found, name, size=size, max_patches=max_patches, seed=seed)
+  ink = maps & 1
+  patches = np.stack([ink[t:t + size, l:l + size] for t, l in chosen]) * np.uint8(255)
+  return patches, descriptors(grey, chosen, size) if with_descriptors else None
+
+
+def extract(rgb, name, *, size, max_patches, ink_bounds, seed, with_lbp=False,
+            with_descriptors=False):
+  """Extracted of RGB uint8 [H, W, 3] computed here: what a worker of a CPU-only machine
+  does, sending back only the patches."""
+  grey, area = grey_and_area(rgb)
+  maps = host_maps(grey, area, size, ink_bounds)
+  patches, sift = cut(grey, keypoints(grey, area), maps, name, size=size,
+                      max_patches=max_patches, seed=seed, with_descriptors=with_descriptors)
+  features = lbp_host.lbp_features(grey) if with_lbp else None
+  return Extracted(patches, sift, int(area.sum()), features)
+
+
+def srs_lbp(rgb, name):
+  """SRS-LBP features float32 [3072] of RGB uint8 [H, W, 3] computed here (`name` unused)."""
+  return lbp_host.lbp_features(grey_and_area(rgb)[0])
 
 
 def usable_cpus():
@@ -108,7 +174,7 @@ def usable_cpus():
   return len(os.sched_getaffinity(0))
 
 
-_job = None  # (read, lbp_mask, host, skip) of this worker
+_job = None  # (read, work, skip) of this worker
 
 
 def _start(*job):
@@ -116,31 +182,32 @@ def _start(*job):
   _job = job
 
 
-def _one(i):
-  read, lbp_mask, host, skip = _job
+def _one(i, name):
+  read, work, skip = _job
   try:
-    return prepare(read(i), lbp_mask, host)
+    return work(read(i), name)
   except skip as e:
     return str(e)
 
 
-def prepared(read, indices, *, lbp_mask=False, host=None, skip=(), workers=None):
-  """Prepared (or, for an exception of the types `skip`, its message) of read(i) for each of
-  `indices`, in order; read: a picklable callable i -> RGB uint8 [H, W, 3], sent to each
-  worker once; host: as `prepare`'s. Other exceptions (a bad HisFrag20 file) propagate,
+def each(read, indices, names, work, *, skip=(), workers=None):
+  """work(read(i), name) (or, for an exception of the types `skip`, its message) for each i
+  of `indices` and its name, in order, in worker processes. read: a picklable callable i ->
+  RGB uint8 [H, W, 3] and work one of `prepare`, `extract` (bound by functools.partial),
+  `srs_lbp`: sent to each worker once. Other exceptions (a bad HisFrag20 file) propagate,
   naming the file."""
   indices = list(indices)
-  job = (read, lbp_mask, host, tuple(skip))
+  job = (read, work, tuple(skip))
   workers = min(workers or usable_cpus(), max(1, len(indices)))
   if workers == 1 or len(indices) < 4:
     _start(*job)
-    yield from map(_one, indices)
+    yield from map(_one, indices, names)
     return
   # forkserver, not fork: the caller runs JAX's threads, whose locks a fork would copy.
   with console.worker_pool(workers, 'forkserver', _start, job) as pool:
     pending = collections.deque()
-    for i in indices:
-      pending.append(pool.apply_async(_one, (i,)))
+    for i, name in zip(indices, names):
+      pending.append(pool.apply_async(_one, (i, name)))
       if len(pending) >= AHEAD:
         yield pending.popleft().get()
     while pending:

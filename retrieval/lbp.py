@@ -122,14 +122,17 @@ def features_of(read, indices, *, skip=()):
   exception of the types `skip`): each read once in worker processes, the features computed
   there on a CPU-only machine (lbp_host) and on the device otherwise."""
   from retrieval import decode, patches  # patches imports this module
-  host = None if patches.on_device() else {}
-  read = decode.prepared(read, indices, lbp_mask=True, skip=skip, host=host)
+  indices = list(indices)
+  names = [''] * len(indices)
+  if not patches.on_device():
+    yield from decode.each(read, indices, names, decode.srs_lbp, skip=skip)
+    return
+  work = functools.partial(decode.prepare, lbp_mask=True)
+  read = decode.each(read, indices, names, work, skip=skip)
   while window := list(itertools.islice(read, patches.WINDOW)):
     usable = [p for p in window if not isinstance(p, str)]
-    if host is None and usable:
-      computed = iter(features([p.grey for p in usable], [p.lbp_mask for p in usable]))
-    else:
-      computed = iter([p.lbp for p in usable])
+    computed = iter(features([p.grey for p in usable], [p.lbp_mask for p in usable])
+                    if usable else [])
     yield from (p if isinstance(p, str) else next(computed) for p in window)
 
 

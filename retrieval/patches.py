@@ -30,8 +30,6 @@ keypoints on ink, native scale).
 import contextlib
 import functools
 import itertools
-import typing
-import zlib
 
 import jax
 import jax.numpy as jnp
@@ -41,13 +39,6 @@ from retrieval import binarise, buckets, decode, lbp
 
 MAX_PIXELS = 2 ** 24  # of a padded device batch
 WINDOW = 64  # fragments grouped into buckets at a time: bounds what waits in memory
-
-
-class Extracted(typing.NamedTuple):
-  patches: np.ndarray  # uint8 [n, size, size], ink 255, n >= 1
-  sift: np.ndarray | None  # uint8 [n, 128] when descriptors were asked for
-  valid_pixels: int  # pixels inside the fragment
-  lbp: np.ndarray | None  # float32 [3072] SRS-LBP features, when asked for
 
 
 _forced = []
@@ -82,46 +73,9 @@ def device_maps(grey, area, sizes, *, size, limits):
   return ink.astype(jnp.uint8) | corners << 1
 
 
-def _choose(maps, shape, keypoints, name, *, size, max_patches, seed):
-  """Top-left corners [(top, left)] of the fragment's patches (module docstring) from its
-  maps, in the order and with the draws the sampler has always made."""
-  h, w = max(shape[0], size), max(shape[1], size)
-  good = (maps[:h - size + 1, :w - size + 1] & 2) > 0
-  ink = (maps & 1) > 0
-  rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-  corners = {}  # top-left corner -> in keypoint order, one patch a location
-  for y, x in keypoints.tolist():
-    top, left = y - size // 2, x - size // 2
-    if 0 <= top <= h - size and 0 <= left <= w - size and ink[y, x] and good[top, left]:
-      corners.setdefault((top, left), None)
-  chosen = list(corners)
-  if len(chosen) > max_patches:
-    chosen = [chosen[i] for i in np.sort(rng.choice(len(chosen), max_patches, replace=False))]
-  extra = []
-  if len(chosen) < max_patches:  # top up from random ink pixels that make good patches
-    tops, lefts = np.nonzero(good)
-    picks = rng.permutation(len(tops))[:max_patches - len(chosen)]
-    extra = [(int(tops[i]), int(lefts[i])) for i in picks
-             if (tops[i], lefts[i]) not in corners]
-  if not chosen and not extra:
-    extra = [((h - size) // 2, (w - size) // 2)]
-  return chosen + extra
-
-
-def _descriptors(grey, chosen, size):
-  """uint8 [n, 128]: OpenCV's SIFT descriptor of each patch, at the patch's own scale."""
-  import cv2
-  pad = ((0, max(0, size - grey.shape[0])), (0, max(0, size - grey.shape[1])))
-  points = [cv2.KeyPoint(l + size / 2, t + size / 2, size / 2) for t, l in chosen]
-  points, found = cv2.SIFT_create().compute(np.pad(grey, pad), points)
-  if found is None or len(points) != len(chosen):  # OpenCV dropped a point at the border
-    found = np.zeros((len(chosen), 128), np.float32)
-  return np.clip(found, 0, 255).astype(np.uint8)
-
-
 def _on_device(window, size, limits, with_lbp):
-  """{row of window: (maps, SRS-LBP features or None)} of the items without host maps."""
-  rows = [r for r, (_, p) in enumerate(window) if not isinstance(p, str) and p.maps is None]
+  """{row of window: (maps, SRS-LBP features or None)} of its decode.Prepared items."""
+  rows = [r for r, (_, p) in enumerate(window) if not isinstance(p, str)]
   shapes = [(max(window[r][1].grey.shape[0], size), max(window[r][1].grey.shape[1], size))
             for r in rows]
   pending = []
@@ -146,9 +100,9 @@ def _on_device(window, size, limits, with_lbp):
 
 def extract_many(items, *, size, max_patches, ink_bounds, seed, with_lbp=False,
                  descriptors=False):
-  """Extracted for each (name, decode.Prepared) of `items`, in order (a generator: `items` is
-  read a WINDOW at a time); an item whose Prepared is a string (why a file could not be read)
-  passes through as that string. with_lbp: SRS-LBP features too (Prepared.lbp_mask set)."""
+  """decode.Extracted for each (name, decode.Prepared) of `items`, on the device, in order (a
+  generator: `items` is read a WINDOW at a time); an item whose Prepared is a string (why a
+  file could not be read) passes through as that string."""
   limits = decode.count_limits(size, ink_bounds)
   items = iter(items)
   while window := list(itertools.islice(items, WINDOW)):
@@ -157,26 +111,26 @@ def extract_many(items, *, size, max_patches, ink_bounds, seed, with_lbp=False,
       if isinstance(p, str):
         yield p
         continue
-      maps, features = computed.get(r, (p.maps, p.lbp))
-      chosen = _choose(maps, p.grey.shape, p.keypoints, name, size=size,
-                       max_patches=max_patches, seed=seed)
-      ink = maps & 1
-      cut = np.stack([ink[t:t + size, l:l + size] for t, l in chosen]) * np.uint8(255)
-      yield Extracted(cut, _descriptors(p.grey, chosen, size) if descriptors else None,
-                      int(p.area.sum()), features if with_lbp else None)
-
-
-def host_work(size, ink_bounds):
-  """decode.prepared's `host`: the maps computed in the workers on a CPU-only machine."""
-  return None if on_device() else dict(size=size, ink_bounds=ink_bounds)
+      maps, features = computed[r]
+      patches, sift = decode.cut(p.grey, p.keypoints, maps, name, size=size,
+                                 max_patches=max_patches, seed=seed,
+                                 with_descriptors=descriptors)
+      yield decode.Extracted(patches, sift, int(p.area.sum()), features if with_lbp else None)
 
 
 def extract_all(read, indices, names, *, size, max_patches, ink_bounds, seed, with_lbp=False,
                 descriptors=False, skip=()):
-  """Extracted (or the message of a file skipped for an exception of the types `skip`) of
-  read(i) for each of `indices`, named `names`, in order: read once in worker processes."""
-  prepared = decode.prepared(read, indices, lbp_mask=with_lbp, skip=skip,
-                             host=host_work(size, ink_bounds))
+  """decode.Extracted (or the message of a file skipped for an exception of the types `skip`) of
+  read(i) for each of `indices`, named `names`, in order: each file read once in worker
+  processes, which on a CPU-only machine do all of it."""
+  names = list(names)
+  if not on_device():
+    work = functools.partial(decode.extract, size=size, max_patches=max_patches,
+                             ink_bounds=ink_bounds, seed=seed, with_lbp=with_lbp,
+                             with_descriptors=descriptors)
+    return decode.each(read, indices, names, work, skip=skip)
+  prepared = decode.each(read, indices, names,
+                         functools.partial(decode.prepare, lbp_mask=with_lbp), skip=skip)
   return extract_many(zip(names, prepared), size=size, max_patches=max_patches,
                       ink_bounds=ink_bounds, seed=seed, with_lbp=with_lbp,
                       descriptors=descriptors)
@@ -184,8 +138,7 @@ def extract_all(read, indices, names, *, size, max_patches, ink_bounds, seed, wi
 
 def extract(rgb, name, *, size, max_patches, ink_bounds, seed, with_lbp=False,
             descriptors=False):
-  """Extracted of one RGB uint8 [H, W, 3] fragment."""
-  prepared = decode.prepare(rgb, with_lbp, host_work(size, ink_bounds))
-  return next(extract_many([(name, prepared)], size=size, max_patches=max_patches,
-                           ink_bounds=ink_bounds, seed=seed, with_lbp=with_lbp,
-                           descriptors=descriptors))
+  """decode.Extracted of one RGB uint8 [H, W, 3] fragment."""
+  return next(extract_all(lambda _: rgb, [0], [name], size=size, max_patches=max_patches,
+                          ink_bounds=ink_bounds, seed=seed, with_lbp=with_lbp,
+                          descriptors=descriptors))
