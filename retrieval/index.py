@@ -167,22 +167,30 @@ class _Patches:
     return dict(image=self.rows[i][..., None], index=np.int32(i))
 
 
+def _extract(config, paths, with_lbp):
+  i = config.input
+  return patches.extract_all(collection.read_fragment, paths,
+                             [os.path.basename(p) for p in paths], size=i.patch_size,
+                             max_patches=i.max_patches, ink_bounds=i.ink_bounds,
+                             seed=config.seed, with_lbp=with_lbp,
+                             skip=(collection.Unreadable,))
+
+
 def lbp_sample_pca(config, paths, seed):
   """(the SRS-LBP PCA (as the evaluator's, 200 dims) fitted on up to eval.lbp_fit_fragments
-  images drawn from `paths` (absolute), {path: their SRS-LBP features}); images that cannot
-  be read are left to the main pass to report."""
+  images drawn from `paths` (absolute), {path: their patches and features, which `embed`
+  then reuses}); images that cannot be read are left to the main pass to report."""
   order = np.random.default_rng(seed).permutation(len(paths))[:config.eval.lbp_fit_fragments]
-  found = {}
   sample = [paths[i] for i in order]
+  found = {}
   with console.Progress(len(order), 'SRS-LBP features for its PCA', unit='image') as progress:
-    for path, x in zip(sample, lbp.features_of(collection.read_fragment, sample,
-                                               skip=(collection.Unreadable,))):
-      if not isinstance(x, str):
-        found[path] = x
+    for path, e in zip(sample, _extract(config, sample, with_lbp=True)):
+      if not isinstance(e, str):
+        found[path] = e
       progress.update()
   if len(found) < 2:
     raise errors.UserError('SRS-LBP fusion needs at least 2 readable images to fit its PCA')
-  features = np.stack(list(found.values()))
+  features = np.stack([e.lbp for e in found.values()])
   return pca.fit(features, min(200, len(features) - 1, features.shape[1])), found
 
 
@@ -192,20 +200,16 @@ def _windows(items, size):
     yield window
 
 
-def embed(config, model, settings, lbp_pca, jobs, on_chunk, progress=None, lbp_known=None):
+def embed(config, model, settings, lbp_pca, jobs, on_chunk, progress=None, known=None):
   """Embeds the images `jobs` [(path, name seeding its patches)] in chunks of CHUNK:
   on_chunk(rows, entries, problems) gets, for each chunk in order, the rows of `jobs` it
   embedded, their Entries (paths as given; sizes and times left 0) and a message for each
-  image that could not be read. lbp_known: {path: SRS-LBP features} computed already (they
-  are computed again here only for images outside it: the device's pass costs little beside
-  the decode, which both share)."""
-  lbp_known = lbp_known or {}
+  image that could not be read. known: {path: their patches and features} extracted already
+  (lbp_sample_pca's)."""
+  known = known or {}
   fuse = settings['fusion_weight'] > 0
-  i = config.input
-  extracted = patches.extract_all(collection.read_fragment, [path for path, _ in jobs],
-                                  [name for _, name in jobs], size=i.patch_size,
-                                  max_patches=i.max_patches, ink_bounds=i.ink_bounds,
-                                  seed=config.seed, with_lbp=fuse, skip=(collection.Unreadable,))
+  fresh = _extract(config, [path for path, _ in jobs if path not in known], with_lbp=fuse)
+  extracted = (known.pop(path) if path in known else next(fresh) for path, _ in jobs)
   pending = collections.deque()
 
   def finish(start, results, embeddings):
@@ -217,7 +221,7 @@ def embed(config, model, settings, lbp_pca, jobs, on_chunk, progress=None, lbp_k
     else:
       descriptors = np.zeros((0, config.model.embedding_dim), np.float32)
     if fuse and ok:
-      features = np.stack([lbp_known.pop(jobs[start + r][0], results[r].lbp) for r in ok])
+      features = np.stack([results[r].lbp for r in ok])
       lbp_rows = lbp.embed(lbp_pca, features)
     else:
       lbp_rows = np.zeros((len(ok), lbp_pca.components.shape[0] if fuse else 0), np.float32)
@@ -343,10 +347,10 @@ def _build_locked(config, model, root, folder, listing, settings, chosen_on):
 
   fuse = settings['fusion_weight'] > 0
   lbp_pca = (old.lbp_pca if old else fitted) if fuse else None
-  lbp_known = {}  # the PCA sample's features, not computed twice
+  sampled = {}  # the PCA sample's patches and features, not extracted twice
   if fuse and lbp_pca is None:
     if process == 0:  # fitted once, before any process embeds with it
-      lbp_pca, lbp_known = lbp_sample_pca(
+      lbp_pca, sampled = lbp_sample_pca(
           config, [os.path.join(root, p) for p in listing.paths], config.seed)
       _save_npz(os.path.join(partial, 'lbp_pca.npz'), _pca_arrays(lbp_pca))
     _sync('index: SRS-LBP PCA')
@@ -373,7 +377,7 @@ def _build_locked(config, model, root, folder, listing, settings, chosen_on):
     with errors.on_ctrl_c(f'Interrupted (Ctrl-C) while indexing {root}: the images embedded so '
                           f'far are kept in {partial}; rerun the same command to go on.'), \
         console.Progress(len(jobs), f'embedding {len(jobs):,} images', unit='image') as progress:
-      embed(config, local_model, settings, lbp_pca, jobs, on_chunk, progress, lbp_known)
+      embed(config, local_model, settings, lbp_pca, jobs, on_chunk, progress, sampled)
   _sync('index: embedded')
 
   # Every image embedded by any process is now in a chunk: merge what is reusable.
