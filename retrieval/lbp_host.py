@@ -60,7 +60,7 @@ def lbp_features(gray, mask=None, *, radii=RADII, threshold='otsu'):
   return np.concatenate(blocks).astype(np.float32)
 
 
-def _offsets(radius):
+def offsets(radius):
   """Per neighbour p: its bilinear taps [(dy, dx, weight)] (zero weights dropped)."""
   out = []
   for p in range(8):
@@ -93,7 +93,7 @@ def _rounded_samples(grey, radius):
   h, w = grey.shape[0] - 2 * big, grey.shape[1] - 2 * big
   img = grey.astype(np.float32)
   out = []
-  for taps in _offsets(radius):
+  for taps in offsets(radius):
     if len(taps) == 1:  # on the pixel grid: read it, no interpolation
       dy, dx, _ = taps[0]
       out.append(grey[big + dy:big + dy + h, big + dx:big + dx + w])
@@ -126,7 +126,7 @@ def _valid_centres(mask, radius):
   if h <= 0 or w <= 0:
     return np.zeros((max(h, 0), max(w, 0)), bool)
   valid = mask[big:big + h, big:big + w].copy()
-  for dy, dx in {(dy, dx) for taps in _offsets(radius) for dy, dx, _ in taps}:
+  for dy, dx in {(dy, dx) for taps in offsets(radius) for dy, dx, _ in taps}:
     valid &= mask[big + dy:big + dy + h, big + dx:big + dx + w]
   return valid
 
