@@ -18,10 +18,14 @@ HOLD = '''
 import os, sys, time
 from bengrapheme import workdir_lock
 workdir_lock.{kind}(sys.argv[1]{args}).acquire()
+started, running = os.pipe()
 child = os.fork() if sys.argv[2] == 'fork' else -1  # a child that outlives its killed parent
 if child == 0:
+  os.write(running, b'.')  # past fork's hooks: it has closed its copy of the lock
   time.sleep(120)
   os._exit(0)
+if child > 0:
+  os.read(started, 1)  # killed before its child first ran, the child would still hold it
 print('held', child, flush=True)
 time.sleep(120)
 '''
