@@ -3,7 +3,7 @@
   python -m bench.metrics_speed [--quick]
 
 - Hierarchical macro recall of 200,840 x 3 predictions (the size of the Kaggle train set),
-  `bengrapheme.metrics.hierarchical_macro_recall` against sklearn's recall_score(average=
+  `bengrapheme.grapheme.metrics.hierarchical_macro_recall` against sklearn's recall_score(average=
   'macro') per component, weighted 2:1:1. Results must be equal (asserted).
 - Retrieval metrics at the HisFrag20 test size (20,019 embeddings, d = 512, 1,152 writers,
   2,732 pages; writer and page mAP / Top-1 / Pr@10 / Pr@100 from one call),
@@ -47,7 +47,7 @@ def sklearn_score(y_true, y_pred):
 
 
 def macro_recall(repeats):
-  from bengrapheme import metrics
+  from bengrapheme.grapheme import metrics
   from bengrapheme.grapheme.kaggle import NUM_CLASSES
   rng = np.random.default_rng(0)
   draw = lambda: np.stack([rng.integers(0, c, RECALL_ROWS) for c in NUM_CLASSES], 1)

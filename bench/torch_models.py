@@ -25,7 +25,7 @@ from torch import nn
 from bengrapheme.grapheme.kaggle import NUM_CLASSES
 from bengrapheme.models.resnet import LAYOUTS
 NUM_GRAPHEMES = 1295  # bengrapheme.grapheme.classes.NUM_GRAPHEMES
-COMPONENT_WEIGHTS = (2.0, 1.0, 1.0)  # bengrapheme.metrics.COMPONENT_WEIGHTS
+COMPONENT_WEIGHTS = (2.0, 1.0, 1.0)  # bengrapheme.grapheme.metrics.COMPONENT_WEIGHTS
 
 
 def _conv(cin, cout, kernel, stride):

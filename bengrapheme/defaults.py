@@ -19,13 +19,18 @@ def config():
       train=dict(
           steps=1000, batch_size=128, lr=1e-3, warmup_steps=100, final_lr_fraction=0.01,
           weight_decay=0.05, grad_clip=1.0, ema_decay=0.0, grad_accum_steps=1,
-          # Fine-tuning from model.init_from: the backbone's learning rate is lr x this, and
-          # zero for its first backbone_frozen_steps steps (the new heads learn first; the
-          # backbone's BatchNorm statistics still adapt to the data meanwhile).
-          backbone_lr_scale=1.0, backbone_frozen_steps=0,
-          # Below 1: layer-wise decay, backbone block i of L learns at lr x this^(L - i),
-          # its stem at lr x this^(L + 1) (train.scale_by_layer; ViT fine-tuning).
-          layer_decay=1.0,
+          # Parameter groups, NAME=dict(pattern=..., lr_scale=..., frozen_steps=...): the
+          # parameters whose path ('backbone/blocks/3/...') the regex pattern matches whole
+          # (the first group that matches) learn at lr x lr_scale, and not at all for their
+          # first frozen_steps steps (fine-tuning from model.init_from: the new heads learn
+          # first; BatchNorm statistics still adapt to the data meanwhile).
+          groups={},
+          # rate below 1: layer-wise decay, block i of L (the number the regex block
+          # captures) learns at lr x rate^(L - i), the stem (matching stem, neither block
+          # nor top) at lr x rate^(L + 1), the rest at lr (train.scale_by_layer; ViT
+          # fine-tuning).
+          layer_decay=dict(rate=1.0, block=r'backbone/blocks/(\d+)/.*', stem='backbone/.*',
+                           top='backbone/norm/.*'),
           skip_nonfinite=False, log_every=50, checkpoint_every=250, keep_checkpoints=3,
           # (first, last): write a jax.profiler trace of these steps to WORKDIR/profile.
           profile_steps=(0, 0)),
@@ -35,21 +40,31 @@ def config():
   ))
 
 
+def test_size(c, steps):
+  """The tests' size, which every config's test variant starts from: `steps` steps of 16
+  examples, a checkpoint every 2 (all kept), no evaluation during training, 2 input threads."""
+  c.train.update(steps=steps, batch_size=16, warmup_steps=2, log_every=2, checkpoint_every=2,
+                 keep_checkpoints=10)
+  c.eval.every = 0
+  c.input.num_threads = 2
+
+
 def augmentation():
-  """Defaults for grapheme images of about 128x128: mild geometry, GridMask and CutMix, the
-  augmentations the Bengali.AI winners relied on."""
+  """bengrapheme/augment.py's fields, every stage off: a task turns on what suits its images
+  (configs/grapheme.py the Bengali.AI winners' geometry, GridMask and CutMix; the fragment
+  configs a mild jitter)."""
   return ml_collections.ConfigDict(dict(
-      affine=True,
-      rotate_deg=10.0,
-      shear_deg=10.0,
-      scale=(0.85, 1.15),
-      translate=0.08,
+      affine=False,
+      rotate_deg=0.0,
+      shear_deg=0.0,
+      scale=(1.0, 1.0),
+      translate=0.0,
       cutout_prob=0.0,
       cutout_size=0.3,
       erase_prob=0.0,  # RandomErasing (the 10th place's choice over CutMix/MixUp)
       erase_area=(0.02, 0.33),
-      grid_mask_prob=0.3,
+      grid_mask_prob=0.0,
       mixup_alpha=0.0,
-      cutmix_alpha=1.0,
-      mix_prob=0.5,
+      cutmix_alpha=0.0,
+      mix_prob=0.0,  # the share of batches mixed by MixUp / CutMix, chosen by their alphas
   ))

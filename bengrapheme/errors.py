@@ -16,6 +16,27 @@ class NotEmpty(UserError, FileExistsError, ValueError):
   """An output folder already holds files, which a run would mix its own into."""
 
 
+class ConfigError(UserError, ValueError):
+  """A config value outside what its field allows: the message names the field's full path
+  (as --config.PATH=... sets it) and the allowed values. A task's validate(config) raises it
+  before any data work."""
+
+
+def field(config, path):
+  """config's value at the dotted `path` ('eval.whitening')."""
+  value = config
+  for key in path.split('.'):
+    value = value[key]
+  return value
+
+
+def require(config, path, allowed):
+  """ConfigError unless the field at `path` holds one of `allowed`."""
+  value = field(config, path)
+  if value not in allowed:
+    raise ConfigError(f'{path}={value!r}: expected one of {", ".join(map(repr, allowed))}')
+
+
 class Interrupted(KeyboardInterrupt):
   """Ctrl-C, with the one line to print: what was interrupted and what was kept."""
 

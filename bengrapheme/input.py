@@ -10,20 +10,13 @@ import grain
 import numpy as np
 
 
-def data_dir(config, *, folder_format, folder, build, error):
-  """Where config.data says the data is: data.tfds_dir for format 'tfds' (a TFDS data dir
-  holding a `build` build), else data.dir for format `folder_format` (`folder`, as the no-data
-  message describes it). Raises `error` when data.dir is not set, ValueError for another
-  format or a missing tfds_dir."""
+def data_dir(config, *, folder, error):
+  """Where config.data says the data is: data.tfds_dir for format 'tfds', else data.dir
+  (`folder`, as the no-data message describes it). Raises `error` when data.dir is not set;
+  the task's validate has checked data.format and tfds_dir."""
   data = config.data
   if data.format == 'tfds':
-    if not data.tfds_dir:
-      raise ValueError("config.data.format='tfds' needs config.data.tfds_dir, a TFDS data dir "
-                       f'holding a {build} build')
     return data.tfds_dir
-  if data.format != folder_format:
-    raise ValueError(f'config.data.format={data.format!r}: expected {folder_format!r} or '
-                     "'tfds'")
   if not data.dir:
     raise error(f'no data: pass --data DIR ({folder}) or set config.data.dir')
   return data.dir

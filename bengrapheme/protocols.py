@@ -32,6 +32,15 @@ class Task(Protocol):
     """Random data with train_data's keys, shapes and dtypes (launch.train --dry_run's)."""
 
 
+class Validates(Protocol):
+  """Optional: the task's own config checks, run by train.load_task (so by every entry point,
+  before any data work)."""
+
+  def validate(self, config) -> None:
+    """Raises errors.ConfigError naming the field's path and its allowed values at the first
+    value this task cannot run; quick and without side effects."""
+
+
 class Predictor(Protocol):
   """Optional: a task with a submission format (launch.predict)."""
 
@@ -46,6 +55,20 @@ class DataInit(Protocol):
     """The train state of a fresh run, changed where the data says (e.g. parameters fitted
     on features of training examples); called once, before the first step, never on a
     resume (the checkpoint carries what it set)."""
+
+
+class CoupledLoss(Protocol):
+  """Optional: a loss over the whole batch, not a mean over its rows (a metric-learning loss
+  over a P x K batch). Then `loss` is batch_loss(embed(...)), and gradient accumulation
+  (train.grad_accum_steps) computes embed in chunks and batch_loss on all of them at once
+  (train.make_train_step's gradient caching) instead of one loss per micro-batch."""
+
+  def embed(self, model, batch, key, config) -> Any:
+    """Per-row outputs (a pytree of [B, ...] arrays) of the augmented batch; row i depends
+    on batch row i alone."""
+
+  def batch_loss(self, outputs, batch, config) -> tuple[Any, dict]:
+    """(scalar loss, {name: scalar}) of the whole batch's outputs."""
 
 
 class Evaluator(Protocol):
@@ -69,9 +92,18 @@ class SeamError(errors.UserError, TypeError):
   """A task module or evaluator lacks what its protocol names."""
 
 
+def implements(obj, protocol):
+  """Whether `obj` has every method of an optional `protocol`."""
+  return all(callable(getattr(obj, m, None)) for m in _methods(protocol))
+
+
+def _methods(protocol):
+  return [m for m, v in vars(protocol).items() if callable(v) and not m.startswith('_')]
+
+
 def check(obj, protocol, name):
   """Raises SeamError naming every method of `protocol` that `obj` (called `name`) lacks."""
-  wanted = [m for m, v in vars(protocol).items() if callable(v) and not m.startswith('_')]
+  wanted = _methods(protocol)
   missing = [m for m in wanted if not callable(getattr(obj, m, None))]
   if missing:
     raise SeamError(f'{name} lacks {", ".join(missing)}; bengrapheme/protocols.py\'s '

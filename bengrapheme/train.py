@@ -10,6 +10,7 @@ shards it and Orbax checkpoints it with no framework in between.
 import contextlib
 import importlib
 import os
+import re
 import time
 
 import jax
@@ -23,17 +24,29 @@ from bengrapheme.models import pytorch_weights
 
 
 def load_task(config):
-  """The task module `config.task`, checked against protocols.Task."""
-  return protocols.check(importlib.import_module(config.task), protocols.Task,
+  """The task module `config.task`, checked against protocols.Task, with the config checked
+  by its validate (protocols.Validates) when it has one."""
+  task = protocols.check(importlib.import_module(config.task), protocols.Task,
                          f'task module {config.task!r}')
+  if protocols.implements(task, protocols.Validates):
+    task.validate(config)
+  return task
 
 
 # ---------------------------------------------------------------- model and train state
 
 
+def path_name(path):
+  """A parameter's path as the patterns of train.groups and train.layer_decay read it:
+  'backbone/blocks/3/attention/kernel'."""
+  keys = [getattr(k, 'key', getattr(k, 'idx', None)) for k in path]
+  return '/'.join(str(k) for k in keys if k is not None)  # not a Variable's '.value'
+
+
 def optimizer(config):
-  """AdamW with linear warm-up and cosine decay, after global-norm clipping; the backbone's
-  learning rate scaled (train.backbone_lr_scale, backbone_frozen_steps) when asked."""
+  """AdamW with linear warm-up and cosine decay, after global-norm clipping; the learning
+  rate of each parameter group of train.groups scaled, and layer-wise decay
+  (train.layer_decay), when asked."""
   t = config.train
   schedule = optax.warmup_cosine_decay_schedule(
       0.0, t.lr, t.warmup_steps, max(t.steps, t.warmup_steps + 1), t.lr * t.final_lr_fraction)
@@ -41,55 +54,76 @@ def optimizer(config):
   decay_mask = lambda params: jax.tree.map(lambda p: p.ndim > 1, params)
   tx = optax.chain(optax.clip_by_global_norm(t.grad_clip),
                    optax.adamw(schedule, weight_decay=t.weight_decay, mask=decay_mask))
-  if t.backbone_lr_scale != 1 or t.backbone_frozen_steps:
-    # Scaling AdamW's update scales the backbone's learning rate, weight decay included.
-    # Only then is it in the chain, so other runs keep their optimizer state's layout.
-    # After a frozen start the backbone warms up over warmup_steps of its own: the shared
-    # warm-up may be over by then, and a jump to its full rate would jolt the pretrained
-    # features with updates shaped by the still-young heads.
-    def factor(count):
-      if not t.backbone_frozen_steps:
-        return jnp.asarray(t.backbone_lr_scale, jnp.float32)
-      ramp = (count - t.backbone_frozen_steps + 1) / max(t.warmup_steps, 1)
-      return t.backbone_lr_scale * jnp.clip(ramp, 0.0, 1.0)
-    part = lambda params: jax.tree_util.tree_map_with_path(
-        lambda path, _: 'backbone' if path[0].key == 'backbone' else 'rest', params)
+  if t.groups:
+    # Scaling AdamW's update scales a group's learning rate, weight decay included. Only
+    # then is it in the chain, so other runs keep their optimizer state's layout. After a
+    # frozen start a group warms up over warmup_steps of its own: the shared warm-up may be
+    # over by then, and a jump to its full rate would jolt pretrained features with updates
+    # shaped by the still-young heads.
+    def factor(group):
+      def scale(count):
+        if not group.frozen_steps:
+          return jnp.asarray(group.lr_scale, jnp.float32)
+        ramp = (count - group.frozen_steps + 1) / max(t.warmup_steps, 1)
+        return group.lr_scale * jnp.clip(ramp, 0.0, 1.0)
+      return optax.scale_by_schedule(scale)
     tx = optax.chain(tx, optax.multi_transform(
-        {'backbone': optax.scale_by_schedule(factor), 'rest': optax.identity()}, part))
-  if t.layer_decay != 1:
+        {**{name: factor(group) for name, group in t.groups.items()}, 'rest': optax.identity()},
+        lambda params: jax.tree_util.tree_map_with_path(
+            lambda path, _: group_of(t.groups, path_name(path)), params)))
+  if t.layer_decay.rate != 1:
     tx = optax.chain(tx, scale_by_layer(t.layer_decay))
   return tx, schedule
 
 
-def layer_factors(params, decay):
-  """{param: decay ** (depth + 1 - layer)}: layer 0 the backbone's stem (patch embedding,
-  position table, class token), layer i + 1 its block i, layer depth + 1 its final norm and
-  everything outside the backbone (the heads)."""
-  blocks = params['backbone']['blocks'] if 'backbone' in params else None
-  if blocks is None:
-    raise ValueError(f'train.layer_decay={decay}: needs a backbone with a list of blocks '
-                     '(e.g. model.name=vit)')
-  depth = len(blocks)
+def group_of(groups, name):
+  """The first group of train.groups whose pattern matches the whole of `name`, else 'rest'."""
+  return next((g for g, spec in groups.items() if re.fullmatch(spec.pattern, name)), 'rest')
 
-  def factor(path, _):
-    keys = [str(getattr(k, 'key', k)) for k in path]
-    if keys[0] != 'backbone' or keys[1] == 'norm':
+
+def check_groups(config, params):
+  """errors.ConfigError when a pattern of train.groups or train.layer_decay matches no
+  parameter of the model (a typo would silently train every parameter alike)."""
+  names = [path_name(p) for p, _ in jax.tree_util.tree_leaves_with_path(params)]
+  patterns = {f'train.groups.{g}.pattern': spec.pattern for g, spec in config.train.groups.items()}
+  if config.train.layer_decay.rate != 1:
+    patterns['train.layer_decay.block'] = config.train.layer_decay.block
+  for field, pattern in patterns.items():
+    if not any(re.fullmatch(pattern, n) for n in names):
+      raise errors.ConfigError(f'{field}={pattern!r} matches no parameter of model.name='
+                               f'{config.model.name!r}; its parameters are named like '
+                               f'{", ".join(names[:3])}, ...')
+
+
+def layer_factors(params, spec):
+  """{param: rate ** (depth + 1 - layer)}: layer i + 1 a parameter of block i (spec.block's
+  first group), layer depth + 1 one matching spec.top or outside spec.stem (the heads),
+  layer 0 the rest of the stem (a ViT's patch embedding, position table, class token)."""
+  def block(name):
+    match = re.fullmatch(spec.block, name)
+    return int(match.group(1)) if match else None
+
+  named = jax.tree_util.tree_map_with_path(lambda path, _: path_name(path), params)
+  depth = 1 + max(b for b in map(block, jax.tree.leaves(named)) if b is not None)
+
+  def factor(name):
+    if block(name) is not None:
+      layer = block(name) + 1
+    elif re.fullmatch(spec.top, name) or not re.fullmatch(spec.stem, name):
       layer = depth + 1
-    elif keys[1] == 'blocks':
-      layer = int(keys[2]) + 1
     else:
       layer = 0
-    return decay ** (depth + 1 - layer)
-  return jax.tree_util.tree_map_with_path(factor, params)
+    return spec.rate ** (depth + 1 - layer)
+  return jax.tree.map(factor, named)
 
 
-def scale_by_layer(decay):
+def scale_by_layer(spec):
   """Layer-wise learning-rate decay (BEiT, Bao et al. 2022; SAGHOG's fine-tune: 0.25):
   AdamW's update (weight decay included) scaled by layer_factors, so the blocks nearest the
   input, whose pre-trained features are the most general, move least."""
   def update(updates, state, params=None):
     del params
-    factors = layer_factors(updates, decay)
+    factors = layer_factors(updates, spec)
     return jax.tree.map(lambda u, f: u * f, updates, factors), state
   return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
@@ -104,6 +138,7 @@ def init_state(config, task, mesh, pretrained=True):
   checkpoint replaces it, so evaluation passes pretrained=False and needs no weight file."""
   tx, _ = optimizer(config)
   abstract = nnx.eval_shape(lambda: task.make_model(config, nnx.Rngs(0)))
+  check_groups(config, nnx.state(abstract, nnx.Param))
   loaded = None
   if pretrained and config.model.init_from:
     source = config.model.init_from
@@ -144,6 +179,7 @@ def make_train_step(config, task, graphdef, mesh, state_shardings):
   tx, schedule = optimizer(config)
   base_key = jax.random.key(config.seed)
   accum = config.train.grad_accum_steps
+  coupled = protocols.implements(task, protocols.CoupledLoss)
 
   def forward(params, model_state, batch, key):
     model = nnx.merge(graphdef, params, model_state, copy=True)
@@ -153,6 +189,65 @@ def make_train_step(config, task, graphdef, mesh, state_shardings):
 
   grad_fn = jax.value_and_grad(forward, has_aux=True)
 
+  def embed(params, model_state, batch, key):
+    model = nnx.merge(graphdef, params, model_state, copy=True)
+    outputs = task.embed(model, batch, key, config)
+    _, _, new_model_state = nnx.split(model, nnx.Param, ...)
+    return outputs, new_model_state
+
+  def micro_batches(batch):
+    """[accum, B / accum, ...]: micro-batch i takes every accum-th row, so each device keeps
+    its own rows."""
+    return jax.tree.map(
+        lambda x: jnp.swapaxes(x.reshape(x.shape[0] // accum, accum, *x.shape[1:]), 0, 1),
+        batch)
+
+  def whole_batch(chunks):
+    """micro_batches' inverse: the rows back in the batch's order."""
+    return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape(-1, *x.shape[2:]), chunks)
+
+  def accumulated(params, model_state, batch, key):
+    """Micro-batches, each its own loss, the gradients averaged: exact for a loss that is a
+    mean over independent rows."""
+    def body(carry, xs):
+      grads_sum, model_state = carry
+      mb, i = xs
+      (l, (a, model_state)), g = grad_fn(params, model_state, mb, jax.random.fold_in(key, i))
+      return (jax.tree.map(jnp.add, grads_sum, g), model_state), (l, a)
+
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    (grads, model_state), (losses, auxes) = jax.lax.scan(
+        body, (zeros, model_state), (micro_batches(batch), jnp.arange(accum)))
+    grads = jax.tree.map(lambda g: g / accum, grads)
+    return losses.mean(), jax.tree.map(jnp.mean, auxes), model_state, grads
+
+  def cached(params, model_state, batch, key):
+    """Gradient caching (Gao et al. 2021) for a loss that couples the rows (P x K metric
+    learning, where micro-batches would split the positive pairs): the outputs in chunks
+    without gradients, the loss and its gradient with respect to them on the whole batch,
+    then each chunk's forward again, backpropagating its share. Equal to the full-batch step
+    for a model without batch statistics; a chunk holds the activations of B / accum rows."""
+    chunks, indices = micro_batches(batch), jnp.arange(accum)
+
+    def forward(model_state, xs):
+      mb, i = xs
+      outputs, new_model_state = embed(params, model_state, mb, jax.random.fold_in(key, i))
+      return new_model_state, (outputs, model_state)  # and the state the chunk started from
+
+    model_state, (outputs, starts) = jax.lax.scan(forward, model_state, (chunks, indices))
+    (loss, aux), cotangents = jax.value_and_grad(
+        lambda o: task.batch_loss(o, batch, config), has_aux=True)(whole_batch(outputs))
+
+    def backward(grads_sum, xs):
+      mb, i, start, cotangent = xs
+      _, pull = jax.vjp(lambda p: embed(p, start, mb, jax.random.fold_in(key, i))[0], params)
+      return jax.tree.map(jnp.add, grads_sum, pull(cotangent)[0]), None
+
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    grads, _ = jax.lax.scan(backward, zeros,
+                            (chunks, indices, starts, micro_batches(cotangents)))
+    return loss, aux, model_state, grads
+
   def train_step(state, batch):
     step = state['step'] + 1
     key = jax.random.fold_in(base_key, step)  # a pure function of the step: resumes exactly
@@ -160,22 +255,8 @@ def make_train_step(config, task, graphdef, mesh, state_shardings):
     if accum == 1:
       (loss, (aux, model_state)), grads = grad_fn(params, state['model_state'], batch, key)
     else:
-      # Micro-batch i takes every accum-th example, so each device keeps its own rows.
-      micro = jax.tree.map(
-          lambda x: jnp.swapaxes(x.reshape(x.shape[0] // accum, accum, *x.shape[1:]), 0, 1),
-          batch)
-
-      def body(carry, xs):
-        grads_sum, model_state = carry
-        mb, i = xs
-        (l, (a, model_state)), g = grad_fn(params, model_state, mb, jax.random.fold_in(key, i))
-        return (jax.tree.map(jnp.add, grads_sum, g), model_state), (l, a)
-
-      zeros = jax.tree.map(jnp.zeros_like, params)
-      (grads, model_state), (losses, auxes) = jax.lax.scan(
-          body, (zeros, state['model_state']), (micro, jnp.arange(accum)))
-      grads = jax.tree.map(lambda g: g / accum, grads)
-      loss, aux = losses.mean(), jax.tree.map(jnp.mean, auxes)
+      loss, aux, model_state, grads = (cached if coupled else accumulated)(
+          params, state['model_state'], batch, key)
 
     grad_norm = optax.global_norm(grads)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)

@@ -32,6 +32,13 @@ VARIANTS = ('demo', 'collection', 'hisfrag20', 'saghog', 'saghog_demo', 'test',
             'saghog_test')
 
 
+def test_size(c):
+  """The tests' size: P = 4 (the 4 train writers val leaves), small PCA fits."""
+  maskfeat.fragment_test_size(c)
+  c.train.update(writers_per_batch=4, surrogate_classes=20)
+  c.eval.update(lbp_fit_fragments=40, whitening_dims=8)
+
+
 def get_config(arg='demo'):
   if arg not in VARIANTS:
     raise ValueError(f'configs/fragments.py:{arg}: expected one of {", ".join(VARIANTS)}')
@@ -53,14 +60,16 @@ def get_config(arg='demo'):
       # A PyTorch state_dict (torchvision or timm names) for the backbone to start from
       # (bengrapheme/models/pytorch_weights.py; docs/pretrained-weights.md).
       init_from='')
-  # Multi-similarity: batch-hard triplets from scratch collapsed every embedding to one point
-  # on the synthetic demo; `--config.loss.name=batch_hard` (soft margin unless
-  # `--config.loss.margin=0.2`) is kept for comparison.
+  # loss.name chooses one of retrieval/losses.py's LOSSES; loss.NAME holds its constants.
+  # Multi-similarity (Wang et al. 2019's constants): batch-hard triplets from scratch
+  # collapsed every embedding to one point on the synthetic demo; `--config.loss.name=
+  # batch_hard` (soft margin unless `--config.loss.batch_hard.margin=0.2`) is kept for
+  # comparison.
   c.loss = dict(name='multi_similarity',
-                margin=ml_collections.FieldReference(None, field_type=float))
+                multi_similarity=dict(alpha=2.0, beta=50.0, lam=0.5, epsilon=0.1),
+                batch_hard=dict(margin=ml_collections.FieldReference(None, field_type=float)))
   # Mild geometric jitter only: slant and letter size identify writers.
-  c.aug.update(rotate_deg=3.0, shear_deg=0.0, scale=(0.95, 1.05), translate=0.05,
-               grid_mask_prob=0.0, mix_prob=0.0)
+  c.aug.update(affine=True, rotate_deg=3.0, scale=(0.95, 1.05), translate=0.05)
   # P x K batches: writers_per_batch classes, batch_size / writers_per_batch patches each.
   # labels: 'writer' (the WID of the file names) or 'surrogate' (k-means clusters of the
   # patches' SIFT descriptors: no writer labels needed; retrieval/surrogate.py).
@@ -100,7 +109,9 @@ def get_config(arg='demo'):
                         dtype='bfloat16')
     c.train.update(steps=30000, batch_size=1024, writers_per_batch=64, lr=1e-3,
                    warmup_steps=1000, ema_decay=0.999, log_every=100, checkpoint_every=1000,
-                   surrogate_classes=5000, backbone_lr_scale=0.1, backbone_frozen_steps=1000)
+                   surrogate_classes=5000)
+    c.train.groups = dict(backbone=dict(pattern='backbone/.*', lr_scale=0.1,
+                                        frozen_steps=1000))
     c.eval.update(every=5000, batch_size=4096, lbp_fit_fragments=5000)
   elif arg in ('saghog', 'saghog_demo', 'saghog_test'):
     # SAGHOG (Peer et al. 2024; marco-peer/icdar24 config/finetune_maskfeat_hisfrag.yml): the
@@ -113,7 +124,8 @@ def get_config(arg='demo'):
     size = {'saghog': 'hisfrag20', 'saghog_demo': 'demo', 'saghog_test': 'test'}[arg]
     c.model.update(name='vit', args=maskfeat.vit_args(size), pooling='netrvlad',
                    vlad_intra_norm=False)
-    c.train.update(layer_decay=0.25, weight_decay=0.01, labels='surrogate')
+    c.train.update(weight_decay=0.01, labels='surrogate')
+    c.train.layer_decay.rate = 0.25
     c.eval.update(power=0.4)
     if arg == 'saghog_demo':
       # The CPU time of the demo it is measured against (600 steps of the ResNet-20, whose
@@ -123,7 +135,8 @@ def get_config(arg='demo'):
       # Layer decay 0.75: val's choice among the pre-trained runs (0.25, 0.75, 1.0; records
       # saghog-demo*). At this length the same ViT from scratch scores higher on val than
       # any of them (docs/fragments.md says by how much, and why).
-      c.train.update(labels='writer', steps=490, layer_decay=0.75)
+      c.train.update(labels='writer', steps=490)
+      c.train.layer_decay.rate = 0.75
       c.model.init_from = 'workdirs/maskfeat-demo'
     if arg == 'saghog':
       c.model.init_from = 'workdirs/maskfeat-hisfrag20'  # configs/maskfeat.py:hisfrag20's
@@ -138,12 +151,8 @@ def get_config(arg='demo'):
                      surrogate_classes=5000)
       c.eval.update(every=5000, batch_size=4096, lbp_fit_fragments=5000)
     elif arg == 'saghog_test':
-      c.input.update(max_patches=8, num_threads=2)
+      test_size(c)
       c.model.update(netvlad_clusters=4, embedding_dim=16)
-      c.train.update(steps=6, batch_size=16, writers_per_batch=4, warmup_steps=2, log_every=2,
-                     checkpoint_every=2, keep_checkpoints=10, surrogate_classes=20)
-      c.data.val_writers = 0.34
-      c.eval.update(every=0, batch_size=64, lbp_fit_fragments=40, whitening_dims=8)
   elif arg == 'collection':
     # The demo's training on any folder of images (retrieval/collection.py): no writer
     # labels, so surrogate classes, and no split to score or to choose the post-processing
@@ -152,13 +161,9 @@ def get_config(arg='demo'):
     c.train.labels = 'surrogate'
     c.eval.update(every=0, splits=(), tune_split='')
   elif arg == 'test':
-    c.input.update(max_patches=8, num_threads=2)
+    test_size(c)
     c.model.args = dict(depth=8, width=4, dtype='float32')
     c.model.embedding_dim = 16
-    c.train.update(steps=6, batch_size=16, writers_per_batch=4, warmup_steps=2, log_every=2,
-                   checkpoint_every=2, keep_checkpoints=10, surrogate_classes=20)
-    c.data.val_writers = 0.34  # 2 of the tests' 6 train writers; 4 are left for P = 4
-    c.eval.update(every=0, batch_size=64, lbp_fit_fragments=40, whitening_dims=8)
 
   c.lock()
   return c

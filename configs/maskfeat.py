@@ -30,9 +30,21 @@ def vit_args(arg):
   return dict(VIT_ARGS[arg])
 
 
+VARIANTS = ('demo', 'hisfrag20', 'test')
+
+
+def fragment_test_size(c):
+  """defaults.test_size for the tests' fragments (tests/conftest.py): 8 patches a fragment,
+  2 of their 6 train writers held out as val."""
+  defaults.test_size(c, steps=6)
+  c.input.max_patches = 8
+  c.data.val_writers = 0.34
+  c.eval.batch_size = 64
+
+
 def get_config(arg='demo'):
-  if arg not in ('demo', 'hisfrag20', 'test'):
-    raise ValueError(f'configs/maskfeat.py:{arg}: expected one of demo, hisfrag20, test')
+  if arg not in VARIANTS:
+    raise ValueError(f'configs/maskfeat.py:{arg}: expected one of {", ".join(VARIANTS)}')
   c = defaults.config()
   c.task = 'retrieval.maskfeat.task'
   # The fragment task's data and patches (retrieval/data.py): train/'s writers less the val
@@ -44,8 +56,7 @@ def get_config(arg='demo'):
   # SAGHOG's: 75 % of the sub-patches masked; one 9-bin histogram per 4x4 sub-patch.
   c.maskfeat = dict(mask_ratio=0.75, hog_pool=4, hog_bins=9)
   # The fragment demo's mild jitter (slant and size identify writers).
-  c.aug.update(rotate_deg=3.0, shear_deg=0.0, scale=(0.95, 1.05), translate=0.05,
-               grid_mask_prob=0.0, mix_prob=0.0)
+  c.aug.update(affine=True, rotate_deg=3.0, scale=(0.95, 1.05), translate=0.05)
   c.train.update(steps=600, batch_size=256, lr=1e-3, warmup_steps=50, weight_decay=0.05,
                  log_every=25, checkpoint_every=100)
   # power: of the probe's sum-pooled descriptors (Peer et al.'s 0.4).
@@ -61,11 +72,7 @@ def get_config(arg='demo'):
                    log_every=100, checkpoint_every=2000)
     c.eval.update(every=10000, batch_size=4096)
   elif arg == 'test':
-    c.input.update(max_patches=8, num_threads=2)
-    c.data.val_writers = 0.34
-    c.train.update(steps=6, batch_size=16, warmup_steps=2, log_every=2, checkpoint_every=2,
-                   keep_checkpoints=10)
-    c.eval.update(every=0, batch_size=64)
+    fragment_test_size(c)
 
   c.lock()
   return c

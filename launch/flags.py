@@ -106,7 +106,9 @@ def config():
   from bengrapheme import parallel
   logging.set_verbosity(logging.WARNING)  # Orbax logs every file it writes at INFO
   parallel.initialize_distributed()
+  from bengrapheme import train
   c = CONFIG.value
   if DATA.value:
     c.data.dir = DATA.value
+  train.load_task(c)  # its validate: a bad value is one line before any work
   return c

@@ -53,14 +53,12 @@ def power_l2(x, alpha):
   return pca.l2_normalise(np.sign(x) * np.abs(x) ** alpha)
 
 
+METHODS = ('sum', 'vlad')  # eval.aggregation
+
+
 def fragment_descriptors(x, starts, *, method, alpha, centres=None):
   """Aggregated, power-normalised, L2-normalised descriptors [N, D] of patch embeddings."""
-  if method == 'sum':
-    pooled = sum_pool(x, starts)
-  elif method == 'vlad':
-    pooled = vlad(x, starts, centres)
-  else:
-    raise ValueError(f"eval.aggregation={method!r}: expected 'sum' or 'vlad'")
+  pooled = sum_pool(x, starts) if method == 'sum' else vlad(x, starts, centres)
   return power_l2(pooled, alpha)
 
 

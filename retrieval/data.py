@@ -126,8 +126,7 @@ def data_dir(config):
                              'names) or set config.data.dir')
     return config.data.dir
   return input_lib.data_dir(
-      config, folder_format='folder',
-      folder='a folder with train/ and test/ of WID_PID_FID.jpg fragments', build='hisfrag20',
+      config, folder='a folder with train/ and test/ of WID_PID_FID.jpg fragments',
       error=reader.DataError)
 
 
@@ -267,11 +266,8 @@ def check_training_writers(fragments):
 
 def writers_and_per_writer(config):
   """(P, K) of the P x K global batches: train.batch_size must be a multiple of P."""
-  p, k = config.train.writers_per_batch, config.train.batch_size // config.train.writers_per_batch
-  if p * k != config.train.batch_size:
-    raise ValueError(f'train.batch_size={config.train.batch_size} must be a multiple of '
-                     f'train.writers_per_batch={p}')
-  return p, k
+  p = config.train.writers_per_batch
+  return p, config.train.batch_size // p
 
 
 def check_data(config):
@@ -281,9 +277,6 @@ def check_data(config):
   if config.data.format == 'folder':
     reader.list_fragments(os.path.join(data_dir(config), 'train'))
   elif config.data.format == COLLECTION:
-    if config.train.labels != 'surrogate':
-      raise reader.DataError(f"data.format='collection' ({data_dir(config)}) has no writer "
-                             'labels: train it with --config.train.labels=surrogate')
     collection.list_images(data_dir(config))
 
 
@@ -293,8 +286,6 @@ def train_data(config, workdir, local_batch):
   the patches' SIFT descriptors that need no writer labels (train.labels='surrogate')."""
   if config.train.labels == 'writer':
     check_training_writers(listing(config, 'train').fragments)
-  elif config.train.labels != 'surrogate':
-    raise ValueError(f"train.labels={config.train.labels!r}: expected 'writer' or 'surrogate'")
   src = source(config, workdir, 'train')
   labels = (src.patch_writer if config.train.labels == 'writer'
             else surrogate.labels(config, workdir, src))

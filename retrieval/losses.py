@@ -1,8 +1,10 @@
 """Metric-learning losses over a P x K batch of fragment embeddings (writer = class)."""
+import inspect
+
 import jax
 import jax.numpy as jnp
 
-from bengrapheme import augment
+from bengrapheme import augment, errors
 from retrieval.model import preprocess
 
 
@@ -47,19 +49,35 @@ def multi_similarity_loss(embeddings, labels, alpha=2.0, beta=50.0, lam=0.5, eps
   return jnp.sum(jnp.where(valid, pos_term + neg_term, 0.0)) / jnp.maximum(valid.sum(), 1)
 
 
-def loss(model, batch, key, config):
-  """Metric-learning loss over the whole global batch (jit sees it across all devices); the
-  classes are writers or surrogate classes (retrieval/data.py)."""
+# The losses config.loss.name chooses from; each takes its constants from config.loss.NAME.
+LOSSES = {'batch_hard': batch_hard_triplet_loss, 'multi_similarity': multi_similarity_loss}
+
+
+def check_loss(config):
+  """UserError unless config.loss names a loss of LOSSES and only arguments it takes."""
+  name = config.loss.name
+  if name not in LOSSES:
+    raise errors.ConfigError(f'loss.name={name!r}: expected one of {", ".join(LOSSES)}')
+  taken = list(inspect.signature(LOSSES[name]).parameters)[2:]  # after embeddings, labels
+  unknown = sorted(set(config.loss.get(name, {})) - set(taken))
+  if unknown:
+    raise errors.ConfigError(f'loss.{name}.{unknown[0]}: {name} takes {", ".join(taken)}')
+
+
+def embed(model, batch, key, config):
+  """The embeddings [B, D] of the augmented batch; rows are independent (train.py may compute
+  them in chunks, as gradient accumulation does)."""
   images, _ = augment.apply(key, preprocess(batch['image'], config), (), config.aug)
-  embeddings = model(images, train=True)
+  return model(images, train=True)
+
+
+def batch_loss(embeddings, batch, config):
+  """The chosen metric-learning loss over the whole global batch (jit sees it across all
+  devices): it couples every row with every other one; the classes are writers or surrogate
+  classes (retrieval/data.py)."""
   labels = batch['label']
-  if config.loss.name == 'batch_hard':
-    value = batch_hard_triplet_loss(embeddings, labels, config.loss.margin)
-  elif config.loss.name == 'multi_similarity':
-    value = multi_similarity_loss(embeddings, labels)
-  else:
-    raise ValueError(f"loss.name={config.loss.name!r}: expected 'batch_hard' or "
-                     "'multi_similarity'")
+  name = config.loss.name
+  value = LOSSES[name](embeddings, labels, **config.loss.get(name, {}))
   # The mean similarity of positive pairs minus that of negative pairs: a signal that keeps
   # moving while the loss flattens (a share of violated triplets sits at 1.0 from scratch).
   s = embeddings @ embeddings.T
@@ -68,3 +86,7 @@ def loss(model, batch, key, config):
   gap = (jnp.sum(jnp.where(positive, s, 0)) / jnp.maximum(positive.sum(), 1) -
          jnp.sum(jnp.where(same, 0, s)) / jnp.maximum((~same).sum(), 1))
   return value, {'similarity_gap': gap}
+
+
+def loss(model, batch, key, config):
+  return batch_loss(embed(model, batch, key, config), batch, config)

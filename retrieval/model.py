@@ -31,8 +31,6 @@ class PatchEncoder(nnx.Module):
 
   def __init__(self, config, rngs):
     m = config.model
-    if m.pooling not in POOLINGS:
-      raise ValueError(f'model.pooling={m.pooling!r}: expected one of {POOLINGS}')
     self.backbone = models.backbone(m.name, in_channels=1, pool='none', rngs=rngs,
                                     **m.args)
     features = self.backbone.features

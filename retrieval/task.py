@@ -1,11 +1,12 @@
 """HisFrag20 fragment retrieval as the trainer sees it (config.task names this module).
 
 Each piece lives in the file named for it: data (fragment cache, P x K batches), model (the
-encoder), losses (triplet losses), evaluate (the evaluator: encoder vs SRS-LBP, distance
+encoder), losses (metric-learning losses over the whole batch), evaluate (the evaluator: encoder vs SRS-LBP, distance
 export); model.init_from_data fits NetRVLAD's centres before the first step. Retrieval has no
 submission format, so there is no predictor.
 """
 from retrieval.data import check_data, random_batch, train_data  # noqa: F401
 from retrieval.evaluate import Evaluator as evaluator  # noqa: F401
-from retrieval.losses import loss  # noqa: F401
+from retrieval.losses import batch_loss, embed, loss  # noqa: F401
 from retrieval.model import init_from_data, make_model  # noqa: F401
+from retrieval.validate import validate  # noqa: F401

@@ -82,8 +82,7 @@ def check_data(config):
 
 
 def _data_dir(config):
-  return input_lib.data_dir(config, folder_format='kaggle',
-                            folder='a Kaggle bengaliai-cv19 folder', build='bengaliai',
+  return input_lib.data_dir(config, folder='a Kaggle bengaliai-cv19 folder',
                             error=kaggle.DataError)
 
 
@@ -92,9 +91,6 @@ def train_data(config, workdir, local_batch):
   with rendered ones at config.render.fraction of every batch. Records the stream's class
   counts in the workdir, for the prior correction at prediction."""
   fraction = config.render.fraction
-  if not 0 <= fraction < 1:
-    raise ValueError(f'config.render.fraction must be in [0, 1) (the share of each batch '
-                     f'that is rendered), got {fraction}')
   real = source(config, workdir, 'train')
   mixed_in = rendered.source(config, files.prepared_dir(config, workdir)) if fraction else None
   if jax.process_index() == 0:

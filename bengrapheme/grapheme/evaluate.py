@@ -4,8 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bengrapheme import console, evaluation, files, metrics
-from bengrapheme.grapheme import classes, data, kaggle, report, unseen
+from bengrapheme import console, evaluation, files
+from bengrapheme.grapheme import classes, data, kaggle, metrics, report, unseen
 from bengrapheme.grapheme.model import CROP_MARGIN, preprocess
 
 # Triple of each whole-grapheme class, to turn a whole-grapheme prediction into components.
@@ -170,9 +170,6 @@ def predict(config, model, workdir):
     return {'components': decide(out, seen_threshold=config.predict.seen_threshold,
                                  tau=config.predict.tau, log_counts=counts)}
 
-  if config.predict.read not in ('stream', 'prepared'):
-    raise ValueError(f"config.predict.read={config.predict.read!r}: expected 'stream' or "
-                     "'prepared'")
   if config.data.format == 'kaggle' and config.predict.read == 'stream':
     # Checked whole before the first image is predicted: a bad file never costs a run.
     split = kaggle.validate(config.data.dir, 'test')
@@ -212,9 +209,6 @@ def _test_windows(split, window_rows):
   reaches it. Peak memory is one window's pixels (32 KB an image), whatever the number of
   images; a window smaller than a one-row-group file decodes that file once per window.
   """
-  if window_rows < 0:
-    raise ValueError(f'config.predict.window_rows must be >= 0 (0: a whole file at a time), '
-                     f'got {window_rows}')
   for shard in split.shards:
     n = len(shard.image_ids)
     size = window_rows or n

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 # The label columns and their class counts (the core's metrics define them for the score).
 from bengrapheme import errors
-from bengrapheme.metrics import COMPONENTS, NUM_CLASSES
+from bengrapheme.grapheme.metrics import COMPONENTS, NUM_CLASSES
 
 HEIGHT, WIDTH = 137, 236
 NUM_PIXELS = HEIGHT * WIDTH

@@ -3,8 +3,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bengrapheme import augment, metrics
-from bengrapheme.grapheme import classes, kaggle
+from bengrapheme import augment
+from bengrapheme.grapheme import classes, kaggle, metrics
 from bengrapheme.grapheme.model import preprocess
 
 

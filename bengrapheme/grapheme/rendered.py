@@ -48,9 +48,6 @@ def plan(config):
 
 def source(config, cache_dir):
   """The rendered images as a prepare.GraphemeSource, drawn first if not cached."""
-  if config.render.images < 1:
-    raise ValueError(f'config.render.fraction={config.render.fraction} needs '
-                     f'config.render.images >= 1, got {config.render.images}')
 
   def build(folder):
     rows = plan(config)

@@ -9,8 +9,8 @@ import functools
 import numpy as np
 from PIL import Image, ImageOps
 
-from bengrapheme import metrics, report
-from bengrapheme.grapheme import classes, kaggle, synth, unseen
+from bengrapheme import report
+from bengrapheme.grapheme import classes, kaggle, metrics, synth, unseen
 
 GLYPH_FONT = 'Noto Sans Bengali'
 GLYPH_SCALE = 0.4  # of synth.FONT_SIZE (96 px): text about 38 px high

@@ -8,3 +8,4 @@ from bengrapheme.grapheme.data import check_data, random_batch, train_data  # no
 from bengrapheme.grapheme.evaluate import Evaluator as evaluator, predict  # noqa: F401
 from bengrapheme.grapheme.losses import loss  # noqa: F401
 from bengrapheme.grapheme.model import make_model  # noqa: F401
+from bengrapheme.grapheme.validate import validate  # noqa: F401

@@ -28,9 +28,6 @@ CATEGORIES = ('seen', 'unseen_rendered', 'unseen_never_rendered')
 
 @functools.cache
 def _holdout(seed, never_rendered, val_graphemes):
-  for name, value in (('never_rendered', never_rendered), ('val_graphemes', val_graphemes)):
-    if not 0 <= value < 1:
-      raise ValueError(f'config.unseen.{name} must be in [0, 1), got {value}')
   rng = np.random.default_rng([seed, 11])
   unseen = classes.unseen_triples()
   held = rng.permutation(len(unseen))[:round(len(unseen) * never_rendered)]

@@ -13,8 +13,6 @@ class MaskFeat(nnx.Module):
 
   def __init__(self, config, rngs):
     m, mf = config.model, config.maskfeat
-    if m.name != 'vit':
-      raise ValueError(f"model.name={m.name!r}: MaskFeat masks a ViT's tokens; expected 'vit'")
     self.backbone = models.backbone(m.name, in_channels=1, pool='none', rngs=rngs, **m.args)
     width = self.backbone.features
     # Normal(0.02), as MAE's and MaskFeat's mask token.

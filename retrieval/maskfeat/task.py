@@ -9,3 +9,4 @@ from retrieval.maskfeat.data import check_data, random_batch, train_data  # noqa
 from retrieval.maskfeat.evaluate import Evaluator as evaluator  # noqa: F401
 from retrieval.maskfeat.losses import loss  # noqa: F401
 from retrieval.maskfeat.model import make_model  # noqa: F401
+from retrieval.maskfeat.validate import validate  # noqa: F401

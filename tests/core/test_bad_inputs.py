@@ -418,7 +418,7 @@ CASES = [
     # Flags and workdirs, through the CLI.
     Case('config-key-mistyped', 'grapheme', no_damage, train_cli('--config.train.stepz=3'),
          CLIError, r"--config\.train\.stepz: config\.train has no field 'stepz' \(did you mean "
-         r"'steps'\?\); valid fields: backbone_frozen_steps, backbone_lr_scale, batch_size, .*, steps, "),
+         r"'steps'\?\); valid fields: batch_size, checkpoint_every, .*, steps, "),
     Case('config-section-unknown', 'grapheme', no_damage, train_cli('--config.trian.steps=3'),
          CLIError, r"config has no field 'trian' \(did you mean 'train'\?\); valid fields: aug, "
          r'data, eval, input, mesh, model, predict, render, seed, task, train, unseen'),

@@ -9,10 +9,8 @@ from flax import nnx
 
 from conftest import ROOT
 
-VARIANTS = [('configs.grapheme', v) for v in ('demo', 'kaggle', 'test')] + [
-    ('configs.fragments', v) for v in ('demo', 'collection', 'hisfrag20', 'saghog',
-                                       'saghog_demo', 'test', 'saghog_test')] + [
-    ('configs.maskfeat', v) for v in ('demo', 'hisfrag20', 'test')]
+CONFIGS = ('configs.grapheme', 'configs.fragments', 'configs.maskfeat')
+VARIANTS = [(module, v) for module in CONFIGS for v in importlib.import_module(module).VARIANTS]
 
 
 @pytest.mark.parametrize('module,variant', VARIANTS)
@@ -23,8 +21,7 @@ def test_variant_builds_its_model(module, variant):
   assert nnx.state(model, nnx.Param)
 
 
-@pytest.mark.parametrize('module', ['configs.grapheme', 'configs.fragments',
-                                    'configs.maskfeat'])
+@pytest.mark.parametrize('module', CONFIGS)
 def test_configs_are_locked(module):
   config = importlib.import_module(module).get_config('test')
   with pytest.raises(AttributeError):

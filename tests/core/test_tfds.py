@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+from bengrapheme import errors, train
 from bengrapheme.grapheme import data as grapheme_task, kaggle, tfds_bengaliai
 from configs import fragments as fragment_configs, grapheme as grapheme_configs
 from retrieval import data as fragment_task, reader, tfds_hisfrag20
@@ -115,8 +116,8 @@ def test_tfds_format_needs_a_build(tmp_path):
   for module, name in ((grapheme_configs, grapheme_task), (fragment_configs, fragment_task)):
     config = module.get_config('test')
     config.data.format = 'tfds'
-    with pytest.raises(ValueError, match='needs config.data.tfds_dir'):
-      name.source(config, str(tmp_path), 'test')
+    with pytest.raises(errors.ConfigError, match='needs data.tfds_dir'):
+      train.load_task(config)  # every entry point's check, before any data work
     config.data.tfds_dir = str(tmp_path / 'empty')
     with pytest.raises(FileNotFoundError, match='no .* TFDS build; make one with'):
       name.source(config, str(tmp_path), 'test')

@@ -1,4 +1,5 @@
-"""train.make_train_step on a tiny stand-in task: gradient accumulation, EMA, skipped steps."""
+"""train.make_train_step on tiny stand-in tasks: gradient accumulation (per-row and coupled
+losses), EMA, skipped steps."""
 import types
 
 import jax
@@ -7,6 +8,7 @@ import numpy as np
 from flax import nnx
 
 from bengrapheme import defaults, parallel, train
+from retrieval import losses
 
 
 class Linear(nnx.Module):
@@ -43,11 +45,11 @@ def batch(size=16, seed=0):
           'y': rng.normal(size=(size, 3)).astype(np.float32)}
 
 
-def run(c, batches):
+def run(c, batches, task=TASK):
   """The states (as numpy) before and after each step, and each step's scalars."""
   mesh = parallel.make_mesh(c.mesh)
-  graphdef, state = train.init_state(c, TASK, mesh)
-  step = train.make_train_step(c, TASK, graphdef, mesh, jax.tree.map(lambda x: x.sharding, state))
+  graphdef, state = train.init_state(c, task, mesh)
+  step = train.make_train_step(c, task, graphdef, mesh, jax.tree.map(lambda x: x.sharding, state))
   states, scalars = [jax.device_get(state)], []
   for b in batches:
     state, out = step(state, parallel.global_batch(mesh, b))  # donates the previous state
@@ -71,6 +73,49 @@ def test_accumulated_micro_batches_equal_one_batch_k_times_the_size():
   assert_trees_close(accumulated[-1], one[-1], rtol=1e-5, atol=1e-7)
   for a, b in zip(accumulated_scalars, one_scalars):
     for key in ('loss', 'mse', 'grad_norm'):
+      np.testing.assert_allclose(a[key], b[key], rtol=1e-5)
+
+
+def embed(model, batch, key, config):
+  del key, config
+  out = model(batch['x'])
+  return out / jnp.linalg.norm(out, axis=-1, keepdims=True)
+
+
+# A P x K metric-learning task: multi-similarity couples every row with every other one.
+COUPLED = types.SimpleNamespace(
+    make_model=Linear, embed=embed, batch_loss=losses.batch_loss,
+    loss=lambda model, batch, key, config: losses.batch_loss(
+        embed(model, batch, key, config), batch, config))
+
+
+def p_by_k_batch(p=4, k=4, seed=0):
+  """P writers of K rows each, a writer's rows adjacent (as retrieval/data.py draws them)."""
+  rng = np.random.default_rng(seed)
+  return {'x': rng.normal(size=(p * k, 4)).astype(np.float32),
+          'label': np.repeat(np.arange(p, dtype=np.int32), k)}
+
+
+def coupled_config(**train_fields):
+  c = config(**train_fields)
+  c.loss = dict(name='multi_similarity',
+                multi_similarity=dict(alpha=2.0, beta=50.0, lam=0.5, epsilon=0.1))
+  return c
+
+
+def test_accumulating_a_coupled_loss_equals_the_full_batch_step():
+  """K = 4 and 4 micro-batches: split by rows, each would hold one patch per writer and no
+  positive pair (a zero loss); gradient caching computes the loss on the whole batch."""
+  batches = [p_by_k_batch(seed=0), p_by_k_batch(seed=1)]
+  one, one_scalars = run(coupled_config(grad_accum_steps=1), batches, COUPLED)
+  accumulated, accumulated_scalars = run(coupled_config(grad_accum_steps=4), batches,
+                                                COUPLED)
+  assert float(one_scalars[0]['loss']) > 0.1
+  assert not np.allclose(one[2]['params']['dense']['kernel'],
+                         one[0]['params']['dense']['kernel'])
+  assert_trees_close(accumulated[-1], one[-1], rtol=1e-5, atol=1e-7)
+  for a, b in zip(accumulated_scalars, one_scalars):
+    for key in ('loss', 'similarity_gap', 'grad_norm'):
       np.testing.assert_allclose(a[key], b[key], rtol=1e-5)
 
 

@@ -178,15 +178,6 @@ def test_prior_correction_and_routing():
   assert routed.tolist() == [list(classes.GRAPHEMES[5][:3])]
 
 
-@pytest.mark.parametrize('render, message', [
-    (dict(fraction=1.0), r'config.render.fraction must be in \[0, 1\)'),
-    (dict(fraction=0.5, images=0), 'needs config.render.images >= 1'),
-])
-def test_bad_render_settings_are_named(grapheme_data, tmp_path, render, message):
-  with pytest.raises(ValueError, match=message):
-    data.train_data(config_for(grapheme_data, **render), str(tmp_path / 'w'), local_batch=16)
-
-
 def test_summary_says_which_score_is_which_and_repeats_no_row():
   """The final table names the prediction rule it scores; 'unseen' is left out where it is
   one of its parts under another name (val holds no unseen rendered graphemes)."""

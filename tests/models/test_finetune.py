@@ -1,5 +1,5 @@
-"""Fine-tuning from published weights: the backbone's own learning rate
-(train.backbone_lr_scale, backbone_frozen_steps), and model.init_from through the trainer."""
+"""Fine-tuning from published weights: the backbone's own learning rate (a group of
+train.groups: lr_scale, frozen_steps), and model.init_from through the trainer."""
 import signal
 
 import jax
@@ -38,7 +38,8 @@ def test_backbone_learning_rate_is_scaled_and_frozen_first():
   shapes = nnx.state(nnx.eval_shape(lambda: task.make_model(config, nnx.Rngs(0))), nnx.Param)
   params = jax.tree.map(lambda s: jnp.ones(s.shape, s.dtype), shapes)
   plain = updates(config, params)
-  config.train.update(backbone_lr_scale=0.25, backbone_frozen_steps=2)
+  config.train.groups = dict(backbone=dict(pattern='backbone/.*', lr_scale=0.25,
+                                            frozen_steps=2))
   tuned = updates(config, params)
   # Step 1 is the warm-up's zero learning rate for everything; step 2 the heads' first; from
   # step 3 the backbone warms up over warmup_steps (2) of its own to its quarter rate.
@@ -65,14 +66,15 @@ def get_config():
     c.model.args = ml_collections.ConfigDict(dict(
         depth=10, width=64, stem='imagenet', padding='symmetric', dtype='float32'))
     c.model.init_from = {path!r}
+    c.train.groups = dict(backbone=dict(pattern='backbone/.*', lr_scale=1.0, frozen_steps=0))
   return c
 '''
 STEPS = 8
 # As tests/core/test_resume.py (EMA on), with the fine-tuning schedule: the backbone frozen for
 # its first 2 steps, then at half the learning rate.
 EXACT = ['--config.train.checkpoint_every=2', '--config.train.log_every=1',
-         '--config.train.ema_decay=0.9', '--config.train.backbone_lr_scale=0.5',
-         '--config.train.backbone_frozen_steps=2', f'--config.train.steps={STEPS}']
+         '--config.train.ema_decay=0.9', '--config.train.groups.backbone.lr_scale=0.5',
+         '--config.train.groups.backbone.frozen_steps=2', f'--config.train.steps={STEPS}']
 
 
 @pytest.mark.slow

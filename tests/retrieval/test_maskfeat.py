@@ -73,9 +73,9 @@ def test_layer_decay_scales_each_blocks_update():
   from retrieval import task
   shapes = nnx.state(nnx.eval_shape(lambda: task.make_model(config, nnx.Rngs(0))), nnx.Param)
   params = jax.tree.map(lambda s: jnp.ones(s.shape, s.dtype), shapes)
-  config.train.layer_decay = 1.0
+  config.train.layer_decay.rate = 1.0
   plain = updates(config, params, steps=3)
-  config.train.layer_decay = 0.5
+  config.train.layer_decay.rate = 0.5
   decayed = updates(config, params, steps=3)
   depth = config.model.args.depth
   expected = {('patch_embed',): 0.5 ** (depth + 1), ('norm',): 1.0,

@@ -9,8 +9,8 @@ recall 0. The score weights the components root 2 : vowel 1 : consonant 1.
 """
 import numpy as np
 
-# The Bengali.AI label columns and their class counts, defined here (not imported from the
-# task) so the core depends on no task; bengrapheme/grapheme/kaggle.py reads files with them.
+# The Bengali.AI label columns and their class counts; bengrapheme/grapheme/kaggle.py reads
+# files with them.
 COMPONENTS = ('grapheme_root', 'vowel_diacritic', 'consonant_diacritic')
 NUM_CLASSES = (168, 11, 7)
 COMPONENT_WEIGHTS = (2.0, 1.0, 1.0)

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import recall_score
 
-from bengrapheme import metrics
+from bengrapheme.grapheme import metrics
 from bengrapheme.grapheme.kaggle import COMPONENTS, NUM_CLASSES
 
 

@@ -1,0 +1,103 @@
+"""A bad config value stops every entry point in one line naming the field's path and what it
+allows, before any data work: each task's validate (protocols.Validates), run by
+train.load_task."""
+import importlib
+
+import pytest
+
+from bengrapheme import errors, train
+from conftest import run_module
+
+# (config, {field: bad value}, what the message says is allowed): one row per checked field.
+BAD = [
+    ('configs.grapheme', {'model.name': 'resnt'}, 'expected one of'),
+    ('configs.grapheme', {'data.format': 'folder'}, "'kaggle', 'tfds'"),
+    ('configs.grapheme', {'data.format': 'tfds'}, 'needs data.tfds_dir'),
+    ('configs.grapheme', {'unseen.never_rendered': 1.0}, 'a share in [0, 1)'),
+    ('configs.grapheme', {'unseen.val_graphemes': -0.1}, 'a share in [0, 1)'),
+    ('configs.grapheme', {'render.fraction': 1.0}, 'a share in [0, 1)'),
+    ('configs.grapheme', {'render.images': 0}, 'expected >= 1'),
+    ('configs.grapheme', {'predict.read': 'memory'}, "'stream', 'prepared'"),
+    ('configs.grapheme', {'predict.window_rows': -1}, 'expected >= 0'),
+    ('configs.fragments', {'model.name': 'vitt'}, 'expected one of'),
+    ('configs.fragments', {'data.format': 'kaggle'}, "'folder', 'collection', 'tfds'"),
+    ('configs.fragments', {'data.format': 'tfds'}, 'needs data.tfds_dir'),
+    ('configs.fragments', {'loss.name': 'triplet'}, 'batch_hard, multi_similarity'),
+    ('configs.fragments', {'loss.multi_similarity.gamma': 1.0}, 'alpha, beta, lam, epsilon'),
+    ('configs.fragments', {'model.pooling': 'max'}, "'gem', 'netvlad', 'netrvlad'"),
+    ('configs.fragments', {'train.labels': 'writers'}, "'writer', 'surrogate'"),
+    ('configs.fragments', {'data.format': 'collection', 'train.labels': 'writer'},
+     "expected 'surrogate'"),
+    ('configs.fragments', {'train.batch_size': 18}, 'train.writers_per_batch=4'),
+    ('configs.fragments', {'eval.aggregation': 'mean'}, "'sum', 'vlad'"),
+    ('configs.fragments', {'eval.whitening': 'none'}, "'self', 'train'"),
+    ('configs.fragments', {'eval.tune_split': 'test'}, 'never chosen on test'),
+    ('configs.fragments', {'eval.export_method': 'best'},
+     "'encoder', 'srs_lbp', 'configured', 'tuned'"),
+    ('configs.maskfeat', {'model.name': 'resnet'}, "expected 'vit'"),
+    ('configs.maskfeat', {'maskfeat.hog_pool': 3}, 'a divisor of model.args.patch=4'),
+    ('configs.maskfeat', {'data.format': 'kaggle'}, "'folder', 'collection', 'tfds'"),
+]
+
+
+def with_values(module, values):
+  config = importlib.import_module(module).get_config('test')
+  with config.unlocked():  # an unknown loss argument can only come from a config file
+    for path, value in values.items():
+      *parents, name = path.split('.')
+      errors.field(config, '.'.join(parents))[name] = value
+  return config
+
+
+@pytest.mark.parametrize('module, values, allowed', BAD,
+                         ids=[f'{m.split(".")[1]}-{"+".join(v)}' for m, v, _ in BAD])
+def test_a_bad_value_is_named_with_what_is_allowed(module, values, allowed):
+  with pytest.raises(errors.ConfigError) as error:
+    train.load_task(with_values(module, values))
+  message = str(error.value)
+  assert message.startswith(list(values)[-1]), message
+  assert allowed in message and '\n' not in message, message
+
+
+def test_every_variant_passes_its_checks():
+  for module in ('configs.grapheme', 'configs.fragments', 'configs.maskfeat'):
+    for variant in importlib.import_module(module).VARIANTS:
+      train.load_task(importlib.import_module(module).get_config(variant))
+
+
+@pytest.mark.parametrize('command, config, flag', [
+    ('launch.train', 'configs/grapheme.py:test', '--config.predict.read=memory'),
+    ('launch.train', 'configs/maskfeat.py:test', '--config.maskfeat.hog_pool=3'),
+    # Before, a bad export method surfaced only after the whole evaluation had run.
+    ('launch.evaluate', 'configs/fragments.py:test', '--config.eval.export_method=best'),
+])
+def test_entry_points_stop_in_one_line_before_any_work(tmp_path, command, config, flag):
+  workdir = tmp_path / 'run'
+  result = run_module(command, f'--config={config}', flag, '--data', tmp_path,
+                      '--workdir', workdir, check=False)
+  assert result.returncode == 1, result.stderr[-3000:]
+  field = flag.split('=')[0].removeprefix('--config.')
+  assert result.stderr.strip().startswith(f'Error: {field}='), result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+  assert not workdir.exists()
+
+
+@pytest.mark.parametrize('field, message', [
+    ('groups', "train.groups.backbone.pattern='backbne/.*' matches no parameter"),
+    ('layer_decay', r"train.layer_decay.block='backbone/block/(\\d+)/.*' matches no "
+     "parameter of model.name='cifar_resnet'; its parameters are named like "
+     'backbone/blocks/0/conv1/kernel, '),
+])
+def test_a_parameter_pattern_that_matches_nothing_is_named(field, message):
+  from flax import nnx
+  config = with_values('configs.fragments', {})
+  if field == 'groups':
+    config.train.groups = dict(backbone=dict(pattern='backbne/.*', lr_scale=0.1,
+                                             frozen_steps=0))
+  else:
+    config.train.layer_decay.update(rate=0.5, block=r'backbone/block/(\d+)/.*')
+  task = train.load_task(config)
+  params = nnx.state(nnx.eval_shape(lambda: task.make_model(config, nnx.Rngs(0))), nnx.Param)
+  with pytest.raises(errors.ConfigError) as error:
+    train.check_groups(config, params)
+  assert str(error.value).startswith(message), error.value
