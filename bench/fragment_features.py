@@ -49,11 +49,11 @@ def demo_config(data_dir, cache_dir):
 def trained_model(config):
   """The demo's encoder with random weights: the same work as trained ones."""
   import jax
-  from bengrapheme import evaluation, parallel, train
+  from bengrapheme import parallel, train
   task = train.load_task(config)
   mesh = parallel.make_mesh(config.mesh)
   graphdef, state = train.init_state(config, task, mesh, pretrained=False)
-  model = evaluation.TrainedModel(train.apply_fn(graphdef), train.eval_variables(state), mesh, 0)
+  model = train.trained_model(graphdef, state, mesh, 0)
   jax.block_until_ready(model.variables)
   return model
 

@@ -6,7 +6,7 @@ writes a Kaggle-layout test split (as bengrapheme/grapheme/synth_val.py does) th
 launch.evaluate scores as split 'test' of --data:
 
   python -m launch.evaluate --config configs/grapheme.py:demo --data data/bengali-other \\
-      --workdir W "--config.eval.splits=('test',)"
+      --workdir W --evals test
 
 Why a third: the validation family (synth_val.py) chooses the recipe's settings, so its score
 flatters whatever it chose. This one shares with the other two only the class map and the

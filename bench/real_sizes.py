@@ -265,7 +265,8 @@ def fragments(scale, work):
   workdir = work / 'fragment-workdir'
   log('training the fragment demo config 2 steps ...')
   measure(module('launch.train', f'--config={FRAGMENTS}', '--data', train, '--workdir',
-                 workdir, '--config.train.steps=2', '--config.eval.every=0'))
+                 workdir, '--config.train.steps=2', '--config.evals.val.every=0',
+                 '--config.evals.test.every=0'))
   figures = {}
   for n in sizes:
     data = fragment_folder(DATA_ROOT / f'fragments-{n}', n, 200)

@@ -34,8 +34,11 @@ def config():
           skip_nonfinite=False, log_every=50, checkpoint_every=250, keep_checkpoints=3,
           # (first, last): write a jax.profiler trace of these steps to WORKDIR/profile.
           profile_steps=(0, 0)),
-      # every: evaluate config.eval.splits every this many steps during training (0: never).
-      eval=dict(every=0, splits=('test',), batch_size=256),
+      # The evaluators, NAME=dict(type=..., split=NAME, every=0, **settings): see
+      # bengrapheme/evaluators.py. eval holds the settings they share (an entry's own keys
+      # override them); tune_split names the entry that chooses post-processing ('': none).
+      evals={},
+      eval=dict(batch_size=256, tune_split=''),
       mesh=dict(data=-1, fsdp=1),  # data=-1: all devices not used by fsdp
   ))
 
@@ -45,7 +48,8 @@ def test_size(c, steps):
   examples, a checkpoint every 2 (all kept), no evaluation during training, 2 input threads."""
   c.train.update(steps=steps, batch_size=16, warmup_steps=2, log_every=2, checkpoint_every=2,
                  keep_checkpoints=10)
-  c.eval.every = 0
+  for entry in c.evals.values():
+    entry.every = 0
   c.input.num_threads = 2
 
 

@@ -1,14 +1,15 @@
 """Evaluation and prediction outside training (launch.evaluate, launch.predict), as
 big_vision's tools/eval_only.py: the newest checkpoint of a workdir restored read-only (a
-training run may be writing it), every split of config.eval.splits scored, the report
-written and the headline tables shown.
+training run may be writing it), every evaluator of config.evals scored (or those named), the
+report written and the headline tables shown.
 """
 import json
 import textwrap
 
 import jax
 
-from bengrapheme import checkpoint, console, evaluation, files, parallel, report, train
+from bengrapheme import (checkpoint, console, evaluation, evaluators, files, parallel, report,
+                         train)
 
 
 def trained_model(config, workdir):
@@ -26,24 +27,30 @@ def trained_model(config, workdir):
                                   f'first (python -m launch.train ... --workdir {workdir})')
   console.say(f'Using the checkpoint of step {step} ({checkpoint.directory(workdir)}/{step}), '
               'the newest complete one.')
-  return task, evaluation.TrainedModel(train.apply_fn(graphdef), train.eval_variables(restored),
-                                       mesh, step)
+  return task, train.trained_model(graphdef, restored, mesh, step)
 
 
-def evaluate(config, workdir):
-  """Scores every split in config.eval.splits; writes workdir/eval/metrics.json and the page
-  people look at, workdir/eval/report.html, then prints each split's headline scores.
-  Returns what metrics.json holds: the step, and each split's scores with flat 'a/b/c' keys."""
+def evaluate(config, workdir, names=None):
+  """Scores every evaluator of config.evals (or of `names`); writes workdir/eval/metrics.json
+  and the page people look at, workdir/eval/report.html, then prints each one's headline
+  scores. Returns what metrics.json holds: the step, and each evaluator's scores with flat
+  'a/b/c' keys under its name."""
   task, model = trained_model(config, workdir)
   metrics, sections, summaries = {'step': model.step}, [], {}
   skipped = {}
-  for split, evaluator in train.evaluators(config, task, workdir, skipped).items():
-    console.say(f'Scoring split {split!r}...')
-    scores, details = evaluator.run(model)
-    metrics[split] = evaluation.flatten(scores)
-    summaries[split] = evaluator.summary(scores)
-    console.say(f'Drawing the report of split {split!r}...')
-    sections += evaluator.report_sections(scores, details)
+  chosen = evaluators.make(config, task, workdir, names, skipped)
+  tune = config.eval.tune_split
+  if tune and tune not in chosen:
+    console.say(f'eval.tune_split={tune!r} is not evaluated here: the others apply no '
+                'chosen post-processing.')
+
+  def keep(name, evaluator, scores, details):
+    metrics[name] = evaluation.flatten(scores)
+    summaries[name] = evaluator.summary(scores)
+    console.say(f'Drawing the report of {name!r}...')
+    sections.extend(evaluator.report_sections(scores, details))
+
+  evaluators.run(config, chosen, model, keep)
   if skipped:
     metrics['skipped'] = skipped
   if jax.process_index() == 0:

@@ -1,22 +1,9 @@
 """The seam between the trainer and a task's evaluators, and the one loop every evaluator runs.
 
 The trainer (or launch.evaluate / launch.predict) restores a checkpoint into a `TrainedModel`:
-a pure `apply(variables, images)` in eval mode, the variables (EMA parameters when kept) and
-the mesh. A task module offers
-
-  evaluator(config, split, workdir) -> an object with (or raises `Unlabelled` when the split
-                                    has nothing to score, as Kaggle's test set)
-    run(model)                     -> (scores, details): scores a nested dict of floats with
-                                      the headline under 'score'; details whatever its report
-                                      draws (per-example arrays, embeddings, ...)
-    report_sections(scores, details) -> a list of bengrapheme.report.Html sections
-    headline(scores)               -> one line saying what 'score' is and its value, which
-                                      the trainer logs at each evaluation
-    summary(scores)                -> (header, rows, note): the headline scores as a small
-                                      table and what its columns are, which launch.evaluate
-                                      prints last
-  predict(config, model, workdir)  -> path of the file it wrote (optional: not every task
-                                      has a submission format)
+pure functions of the variables in eval mode (the model, and its backbone's pooled features),
+the variables (EMA parameters when kept) and the mesh. bengrapheme/evaluators.py makes the
+evaluators config.evals names; bengrapheme/protocols.py's Evaluator says what each provides.
 
 Evaluators feed their split through `outputs_by_row`, which runs a jitted function over
 every example exactly once on the whole mesh and hands back host arrays in the source's row
@@ -41,6 +28,10 @@ class TrainedModel(NamedTuple):
   variables: Any  # (params, model_state) pytree on the mesh
   mesh: jax.sharding.Mesh
   step: int  # the checkpoint's step
+  # (variables, images) -> [B, D] the backbone's output pooled (train.trained_model): what an
+  # evaluator of any task's model reads, as the k-NN probe. model._replace(apply=features)
+  # runs it through outputs_by_row.
+  features: Callable = None
 
 
 def outputs_by_row(model, predict, source, *, batch_size, keys=('image',), what=None):

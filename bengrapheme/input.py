@@ -9,6 +9,8 @@ import math
 import grain
 import numpy as np
 
+from bengrapheme import protocols
+
 
 def data_dir(config, *, folder, error):
   """Where config.data says the data is: data.tfds_dir for format 'tfds', else data.dir
@@ -43,11 +45,11 @@ class Subset:
 def train_stream(sampler, read, *, local_batch, process_index, num_threads=8):
   """Endless per-process batches of a training stream; `.get_state()` resumes it.
 
-  sampler[b]: the record indices of global batch b, a pure function of b (so the iterator's
-  state is the batch count, and a resumed stream is the stream an uninterrupted run reads).
-  Every process reads its own rows of each global batch, process_index * local_batch on, as
+  sampler: a protocols.Sampler (sampler[b] the record indices of global batch b). Every
+  process reads its own rows of each global batch, process_index * local_batch on, as
   read(indices) -> a batch dict.
   """
+  protocols.check(sampler, protocols.Sampler, 'the training sampler')
   lo = process_index * local_batch
   ds = grain.MapDataset.source(sampler).map(lambda indices: read(indices[lo:lo + local_batch]))
   return ds.to_iter_dataset(_read_options(num_threads))

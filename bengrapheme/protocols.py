@@ -1,8 +1,10 @@
-"""What a task module and its evaluators provide: the seams a new task plugs into, written as
-typing.Protocols. train.load_task checks a task module and train.evaluators each evaluator
-when they are made, naming in one line what is missing.
+"""What a task module, its model, its sampler and its evaluators provide: the seams a new task
+plugs into, written as typing.Protocols. train.load_task checks a task module,
+train.init_state its model and bengrapheme/evaluators.py each evaluator when they are made,
+naming in one line what is missing.
 
-A task is a module named by `config.task` (bengrapheme/grapheme/task.py, retrieval/task.py).
+A task is a module named by `config.task` (bengrapheme/grapheme/task.py, retrieval/task.py);
+docs/adding-a-task.md walks through adding one.
 """
 from typing import Any, Protocol
 
@@ -19,14 +21,15 @@ class Task(Protocol):
     """A grain IterDataset of this process's `local_batch`-row batches, endless; its
     iterator state is checkpointed with the train state."""
 
-  def make_model(self, config, rngs) -> Any:
-    """The nnx.Module; `model(images, train=...)` gives what `loss` and the evaluator read."""
+  def make_model(self, config, rngs) -> 'Model':
+    """The nnx.Module (a Model)."""
 
   def loss(self, model, batch, key, config) -> tuple[Any, dict]:
     """(scalar loss, {name: scalar} logged with it) on one batch, inside the jitted step."""
 
-  def evaluator(self, config, split, workdir) -> 'Evaluator':
-    """The evaluator of `split`; raises evaluation.Unlabelled when it has nothing to score."""
+  # And EVALUATORS: {name: callable(config, split, workdir) -> Evaluator}, the evaluators
+  # config.evals.NAME.type may name (bengrapheme/evaluators.py); a callable raises
+  # evaluation.Unlabelled when its split has nothing to score.
 
   def random_batch(self, config, local_batch) -> dict:
     """Random data with train_data's keys, shapes and dtypes (launch.train --dry_run's)."""
@@ -71,11 +74,38 @@ class CoupledLoss(Protocol):
     """(scalar loss, {name: scalar}) of the whole batch's outputs."""
 
 
+class Model(Protocol):
+  """What the trainer, fine-tuning and cross-task evaluators call on a task's model."""
+
+  backbone: Any  # an nnx.Module: model.init_from loads into it; train.trained_model's
+  #                features pool its output (the k-NN probe reads them)
+
+  def __call__(self, inputs, train: bool) -> Any:
+    """What `loss` and the task's evaluators read; train=False in evaluation (BatchNorm's
+    running statistics, no dropout)."""
+
+
+class Sampler(Protocol):
+  """The record order of a training stream (input.train_stream): a pure function of the
+  batch number, so the iterator's state is that number and a resumed run reads exactly what
+  an uninterrupted one would."""
+
+  def __len__(self) -> int:
+    """The number of global batches (a large number for an endless stream)."""
+
+  def __getitem__(self, batch: int) -> Any:
+    """The record indices (int array [global batch]) of global batch `batch`."""
+
+
 class Evaluator(Protocol):
 
-  def run(self, model) -> tuple[dict, Any]:
+  def run(self, model, chosen=None, tune=False) -> tuple[dict, Any]:
     """(scores, details) of an evaluation.TrainedModel: scores a nested dict of floats with
-    the headline under 'score'; details whatever report_sections draws."""
+    the headline under 'score'; details whatever report_sections draws.
+    tune: this is eval.tune_split's evaluator; it puts the post-processing settings it
+    chooses in scores['tuned_settings']. chosen: those settings, when another evaluator
+    of the round chose them (to apply and report as 'tuned'); None when nothing was
+    chosen. An evaluator with nothing to choose ignores both."""
 
   def headline(self, scores) -> str:
     """One line saying what 'score' is and its value (logged at evaluations in training)."""
@@ -98,13 +128,17 @@ def implements(obj, protocol):
 
 
 def _methods(protocol):
-  return [m for m, v in vars(protocol).items() if callable(v) and not m.startswith('_')]
+  dunders = ('__call__', '__len__', '__getitem__')
+  return [m for m, v in vars(protocol).items()
+          if callable(v) and (not m.startswith('_') or m in dunders)]
 
 
 def check(obj, protocol, name):
-  """Raises SeamError naming every method of `protocol` that `obj` (called `name`) lacks."""
-  wanted = _methods(protocol)
-  missing = [m for m in wanted if not callable(getattr(obj, m, None))]
+  """Raises SeamError naming every method and attribute of `protocol` that `obj` (called
+  `name`) lacks."""
+  wanted = _methods(protocol) + list(getattr(protocol, '__annotations__', {}))
+  missing = [m for m in _methods(protocol) if not callable(getattr(obj, m, None))]
+  missing += [a for a in getattr(protocol, '__annotations__', {}) if not hasattr(obj, a)]
   if missing:
     raise SeamError(f'{name} lacks {", ".join(missing)}; bengrapheme/protocols.py\'s '
                     f'{protocol.__name__} provides {", ".join(wanted)}')

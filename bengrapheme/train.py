@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from bengrapheme import (checkpoint, console, errors, evaluation, files, logs, parallel,
-                         protocols, workdir_lock)
+from bengrapheme import (checkpoint, console, errors, evaluation, evaluators, files, logs,
+                         parallel, protocols, workdir_lock)
 from bengrapheme.models import pytorch_weights
 
 
@@ -28,6 +28,7 @@ def load_task(config):
   by its validate (protocols.Validates) when it has one."""
   task = protocols.check(importlib.import_module(config.task), protocols.Task,
                          f'task module {config.task!r}')
+  evaluators.validate(config, task)
   if protocols.implements(task, protocols.Validates):
     task.validate(config)
   return task
@@ -138,6 +139,7 @@ def init_state(config, task, mesh, pretrained=True):
   checkpoint replaces it, so evaluation passes pretrained=False and needs no weight file."""
   tx, _ = optimizer(config)
   abstract = nnx.eval_shape(lambda: task.make_model(config, nnx.Rngs(0)))
+  protocols.check(abstract, protocols.Model, f'the model of task {config.task!r}')
   check_groups(config, nnx.state(abstract, nnx.Param))
   loaded = None
   if pretrained and config.model.init_from:
@@ -399,8 +401,7 @@ def _train(config, workdir, task, cleanup):
   start = int(jax.device_get(state['step']))
 
   # Made before the first step, so a config with no split to score fails at once.
-  in_training_evaluators = (evaluators(config, task, workdir) if config.eval.every
-                            else {})
+  in_training = evaluators.make(config, task, workdir, evaluators.in_training(config))
   logger = logs.MetricLogger(workdir, resume_step=start)
   cleanup.callback(logger.close)
   progress = console.TrainingProgress(config.train.steps, start, config.train.batch_size)
@@ -467,14 +468,17 @@ def _train(config, workdir, task, cleanup):
                   every_process=True)
       break
 
-    if config.eval.every and (step % config.eval.every == 0 or step == config.train.steps):
-      model = evaluation.TrainedModel(apply_fn(graphdef), eval_variables(state), mesh, step)
+    due = evaluators.due(config, list(in_training), step)
+    if due:
+      model = trained_model(graphdef, state, mesh, step)
+
+      def log(name, evaluator, scores, details):
+        del details
+        logger.write(step, evaluation.flatten({name: scores}))
+        console.say(f'step {step:,} {name}: {evaluator.headline(scores)}')
       with progress.paused():
-        for split, evaluator in in_training_evaluators.items():
-          console.say(f'Evaluating {split} at step {step:,}...')
-          scores, _ = evaluator.run(model)
-          logger.write(step, evaluation.flatten({split: scores}))
-          console.say(f'step {step:,} {split}: {evaluator.headline(scores)}')
+        console.say(f'Evaluating {", ".join(due)} at step {step:,}...')
+        evaluators.run(config, {n: in_training[n] for n in due}, model, log)
       tick, tick_step = time.perf_counter(), step
 
   ckpt.wait_until_finished()
@@ -490,27 +494,15 @@ def save_config(config, workdir):
     files.write_atomic(files.join(workdir, 'config.json'), config.to_json_best_effort(indent=2))
 
 
-def apply_fn(graphdef):
-  """The model in eval mode as a pure function of its variables, for evaluators to jit."""
+def trained_model(graphdef, state, mesh, step):
+  """The evaluation.TrainedModel of a train state: the model in eval mode as pure functions
+  of its variables (what evaluators jit), with the evaluation variables."""
   def apply(variables, images):
     return nnx.merge(graphdef, *variables)(images, train=False)
-  return apply
 
-
-def evaluators(config, task, workdir, skipped=None):
-  """{split: evaluator} for config.eval.splits, leaving out (saying so, and with the reason
-  in `skipped`) those with no labels, as Kaggle's test split; at least one stays. Used by
-  training's evaluations and by eval_only.py."""
-  found = {}
-  for split in config.eval.splits:
-    try:
-      found[split] = protocols.check(task.evaluator(config, split, workdir),
-                                     protocols.Evaluator, f'the evaluator of split {split!r}')
-    except evaluation.Unlabelled as e:
-      console.say(f'Skipping {e}')
-      if skipped is not None:
-        skipped[split] = str(e)
-  if not found:
-    raise errors.UserError(f'config.eval.splits={tuple(config.eval.splits)}: no split has '
-                           'labels to score; add one that does (e.g. val)')
-  return found
+  def features(variables, images):
+    # protocols.Model: every model has a backbone; its output pooled over all but the batch
+    # and channel axes (a feature map's positions, a ViT's tokens).
+    out = nnx.merge(graphdef, *variables).backbone(images, train=False)
+    return out.reshape(out.shape[0], -1, out.shape[-1]).astype(jnp.float32).mean(1)
+  return evaluation.TrainedModel(apply, eval_variables(state), mesh, step, features)

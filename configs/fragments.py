@@ -86,8 +86,9 @@ def get_config(arg='demo'):
   # export_method: whose distances go to eval/distances_SPLIT.{npy,csv}; the CSV has the
   # organisers' layout (no header line), or a header line of file names with
   # export_csv_header=True.
-  c.eval.update(every=600, splits=('val', 'test'), batch_size=512,  # once, at the end
-                tune_split='val')
+  c.evals = dict(val=dict(type='fragments', every=600),  # once, at the end
+                 test=dict(type='fragments', every=600))
+  c.eval.update(batch_size=512, tune_split='val')
   c.eval.update(aggregation='sum', vlad_centres=8, power=1.0, whitening='self',
                 whitening_dims=0, rerank_k=0, rerank_gamma=0.2, fusion_weight=0.0,
                 srs_lbp=True, lbp_fit_fragments=1000, export_distances=True,
@@ -112,7 +113,9 @@ def get_config(arg='demo'):
                    surrogate_classes=5000)
     c.train.groups = dict(backbone=dict(pattern='backbone/.*', lr_scale=0.1,
                                         frozen_steps=1000))
-    c.eval.update(every=5000, batch_size=4096, lbp_fit_fragments=5000)
+    c.eval.update(batch_size=4096, lbp_fit_fragments=5000)
+    for entry in c.evals.values():
+      entry.every = 5000
   elif arg in ('saghog', 'saghog_demo', 'saghog_test'):
     # SAGHOG (Peer et al. 2024; marco-peer/icdar24 config/finetune_maskfeat_hisfrag.yml): the
     # ViT trunk of configs/maskfeat.py, pre-trained there (model.init_from=its workdir; '' to
@@ -149,7 +152,9 @@ def get_config(arg='demo'):
       c.train.update(steps=30000, batch_size=1024, writers_per_batch=64, lr=1e-3,
                      warmup_steps=5000, log_every=100, checkpoint_every=1000,
                      surrogate_classes=5000)
-      c.eval.update(every=5000, batch_size=4096, lbp_fit_fragments=5000)
+      c.eval.update(batch_size=4096, lbp_fit_fragments=5000)
+      for entry in c.evals.values():
+        entry.every = 5000
     elif arg == 'saghog_test':
       test_size(c)
       c.model.update(netvlad_clusters=4, embedding_dim=16)
@@ -159,7 +164,8 @@ def get_config(arg='demo'):
     # on, so launch.index uses the settings above (the encoder alone) unless given others.
     c.data.format = 'collection'
     c.train.labels = 'surrogate'
-    c.eval.update(every=0, splits=(), tune_split='')
+    c.evals = {}
+    c.eval.tune_split = ''
   elif arg == 'test':
     test_size(c)
     c.model.args = dict(depth=8, width=4, dtype='float32')

@@ -60,7 +60,8 @@ def get_config(arg='demo'):
   c.train.update(steps=600, batch_size=256, lr=1e-3, warmup_steps=50, weight_decay=0.05,
                  log_every=25, checkpoint_every=100)
   # power: of the probe's sum-pooled descriptors (Peer et al.'s 0.4).
-  c.eval.update(every=600, splits=('val',), batch_size=512, power=0.4)
+  c.evals = dict(val=dict(type='maskfeat', every=600))
+  c.eval.update(batch_size=512, power=0.4)
 
   if arg == 'hisfrag20':
     # SAGHOG's pre-training (marco-peer/icdar24 config/maskfeat.yml): batches of 2,048
@@ -70,7 +71,8 @@ def get_config(arg='demo'):
     c.input.max_patches = 128
     c.train.update(steps=300000, batch_size=2048, lr=8e-4, warmup_steps=15000,
                    log_every=100, checkpoint_every=2000)
-    c.eval.update(every=10000, batch_size=4096)
+    c.evals.val.every = 10000
+    c.eval.batch_size = 4096
   elif arg == 'test':
     fragment_test_size(c)
 

@@ -182,7 +182,7 @@ def listing(config, split):
   held_out = val_writers(config, [f.writer for f in src.fragments])
   if split == 'val' and not held_out:
     raise ValueError('split \'val\' is empty: config.data.val_writers is 0; set it above 0 '
-                     '(a share of the train/ writers) or leave val out of config.eval.splits')
+                     '(a share of the train/ writers) or leave val out of config.evals')
   in_val = np.array([f.writer in held_out for f in src.fragments])
   return FragmentSubset(src, np.flatnonzero(in_val if split == 'val' else ~in_val))
 

@@ -29,7 +29,7 @@ earlier value of the grid, so a step that does not help stays off.
 import jax
 import numpy as np
 
-from bengrapheme import cache, console, evaluation, files
+from bengrapheme import cache, console, errors, evaluation, files
 from retrieval import aggregate, data, distances_io, lbp, metrics, pca, report
 from retrieval.model import preprocess
 
@@ -39,9 +39,6 @@ GRIDS = (('power', (1.0, 0.7, 0.4)),
          ('rerank_k', (0, 1, 2, 4, 8)),
          ('fusion_weight', (0.0, 0.1, 0.25, 0.5, 0.75)))
 SETTINGS = tuple(name for name, _ in GRIDS)
-# What each split's tuning chose, by (workdir, split, checkpoint step): the test evaluator
-# applies the val evaluator's choice when both run in one process (launch.evaluate, training).
-_chosen = {}
 _lbp_pcas = {}  # SRS-LBP's PCA by the key of its train features, fitted once per process
 
 
@@ -165,7 +162,7 @@ class Pipeline:
     return d
 
 
-def tune(pipeline, labels):
+def choose_settings(pipeline, labels):
   """The settings with the best writer mAP, stage by stage (module docstring), and each
   tried value's writer mAP {setting: {value: mAP}}."""
   chosen = {name: grid[0] for name, grid in GRIDS}
@@ -183,10 +180,6 @@ def tune(pipeline, labels):
   return chosen, tried
 
 
-def _key(config, workdir, split, model):
-  return str(workdir), split, model.step, config.to_json()
-
-
 class Evaluator:
   """Retrieval scores {method: {'writer' | 'page': {map, top1, pr10, pr100, num_queries}}}
   for the methods of the module docstring; 'score' is the writer mAP of 'tuned' (of
@@ -200,7 +193,7 @@ class Evaluator:
     self.source = data.source(config, workdir, split)
     self.listing = data.listing(config, split)
 
-  def pipeline(self, model, split, src):
+  def pipeline(self, model, src):
     config = self.config
     lbp_embeddings = (srs_lbp_embeddings(config, self.workdir, src) if config.eval.srs_lbp
                       else None)
@@ -217,20 +210,9 @@ class Evaluator:
     return Pipeline(config, patch_embeddings(config, model, src), src.starts, lbp_embeddings,
                     whitening_fit)
 
-  def chosen_settings(self, model):
-    """What eval.tune_split chose for this checkpoint: from its evaluator when it ran in this
-    process, else tuned here on it."""
-    split = self.config.eval.tune_split
-    key = _key(self.config, self.workdir, split, model)
-    if key not in _chosen:
-      console.say(f'Choosing the post-processing on {split!r} for split {self.split!r}...')
-      src = data.source(self.config, self.workdir, split)
-      _chosen[key] = tune(self.pipeline(model, split, src), labelings(src))
-    return _chosen[key]
-
-  def run(self, model):
+  def run(self, model, chosen=None, tune=False):
     config, e, src = self.config, self.config.eval, self.source
-    pipeline = self.pipeline(model, self.split, src)
+    pipeline = self.pipeline(model, src)
     labels = labelings(src)
     embedded = {'encoder': (pipeline.descriptors(e.power), 'euclidean')}
     if pipeline.lbp is not None:
@@ -247,14 +229,12 @@ class Evaluator:
              'fusion_weight': 0.0}
     if configured_settings(config) != plain:
       settings['configured'] = configured_settings(config)
-    if e.tune_split:
-      if self.split == e.tune_split:
-        _chosen[_key(config, self.workdir, self.split, model)] = tune(pipeline, labels)
-      chosen, tried = self.chosen_settings(model)
-      settings['tuned'] = chosen
-      scores['tuned_settings'] = dict(chosen, chosen_on=e.tune_split)
-      if self.split == e.tune_split:
-        scores['tuning'] = tried
+    if tune:
+      chosen, scores['tuning'] = choose_settings(pipeline, labels)
+      chosen = dict(chosen, chosen_on=e.tune_split)
+    if chosen:
+      settings['tuned'] = {name: chosen[name] for name in SETTINGS}
+      scores['tuned_settings'] = chosen
     for method, s in settings.items():
       matrices[method] = pipeline.distances(s)
       scores[method] = metrics.metrics_from_distances(matrices[method], labels)
@@ -263,8 +243,13 @@ class Evaluator:
       # retrieval/validate.py's scored_methods: the method is one of these.
       if e.export_method in matrices:
         d = matrices[e.export_method]
-      else:
+      elif e.export_method in embedded:
         d = metrics.distance_matrix(*embedded[e.export_method])
+      else:
+        raise errors.UserError(
+            f"eval.export_method={e.export_method!r}: nothing was chosen for split "
+            f"{self.split!r}; evaluate eval.tune_split={e.tune_split!r}'s entry in the same "
+            'run (launch.evaluate without --evals, or naming it too)')
       self._export(d)
     return scores, details
 

@@ -42,9 +42,5 @@ def validate(config):
                              f'of train.writers_per_batch={p} (P x K batches)')
   errors.require(config, 'eval.aggregation', aggregate.METHODS)
   errors.require(config, 'eval.whitening', WHITENING)
-  if config.eval.tune_split not in ('val', ''):
-    raise errors.ConfigError(f'eval.tune_split={config.eval.tune_split!r}: expected \'val\' '
-                             "(writers held out of train/) or '' (no tuning); settings are "
-                             'never chosen on test')
-  if config.eval.export_distances and config.eval.splits:
+  if config.eval.export_distances and config.evals:
     errors.require(config, 'eval.export_method', scored_methods(config))

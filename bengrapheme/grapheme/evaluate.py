@@ -62,30 +62,31 @@ class Evaluator:
   """Hierarchical macro recall on one split, over all images and per category (unseen.py).
 
   Scores {rule: {subset: {score, grapheme_root, vowel_diacritic, consonant_diacritic}}} for
-  the rules 'heads' (argmax of the component heads) and 'combined' (config.predict's rule:
-  prior correction and, with a whole-grapheme head, routing; what predictions use), over the
+  the rules 'heads' (argmax of the component heads), 'combined' (config.predict's rule:
+  prior correction and, with a whole-grapheme head, routing; what predictions use) and, when
+  eval.tune_split's evaluator chose settings, 'chosen' (that choice applied), over the
   subsets all, seen, unseen and its two parts unseen_rendered / unseen_never_rendered; a
-  subset with no image is left out. 'score' is 'combined' over all images. On the split named
-  by config.eval.tune_split, 'tuned' holds the rule's best settings on the grid TAUS x
+  subset with no image is left out. 'score' is 'combined' over all images. As the tuning
+  evaluator (tune=True), 'tuned' holds the rule's best settings on the grid TAUS x
   SEEN_THRESHOLDS by the mean score over the categories present (the split's mix of seen and
-  unseen does not decide), and that mean for the configured rule.
+  unseen does not decide) and that mean for the configured rule; 'tuned_settings' the
+  choice the others apply.
   Details, for the report: per image in row order, `labels`, `predictions` of 'combined' and
   `category` (an index into unseen.CATEGORIES).
   """
 
   def __init__(self, config, split, workdir):
-    self.config, self.split = config, split
+    self.config, self.split, self.workdir = config, split, workdir
     self.source = data.source(config, workdir, split)
     # Kaggle's test split has no labels (-1 everywhere).
     if not (self.source.labels >= 0).all():
       raise evaluation.Unlabelled(
           f"split {split!r} has no labels to score (Kaggle's test.csv has none; the synthetic "
           'data writes test_labels.csv)')
-    self.log_counts = log_counts(config, workdir,
-                                 config.predict.tau or split == config.eval.tune_split)
 
-  def run(self, model):
+  def run(self, model, chosen=None, tune=False):
     config = self.config
+    counts = log_counts(config, self.workdir, bool(config.predict.tau or tune or chosen))
     rows = evaluation.outputs_by_row(
         model, lambda forward, batch: dict(outputs(forward, batch['image'], config),
                                            labels=batch['labels']),
@@ -100,19 +101,15 @@ class Evaluator:
 
     def predictions(tau, seen_threshold):
       return classes.to_competition(decide(rows, seen_threshold=seen_threshold, tau=tau,
-                                           log_counts=self.log_counts))
+                                           log_counts=counts))
 
     def score(predicted, among):
       return metrics.hierarchical_macro_recall(labels[among], predicted[among])
 
     predicted = {'heads': predictions(0.0, NEVER),
                  'combined': predictions(config.predict.tau, config.predict.seen_threshold)}
-    scores = {rule: {name: score(p, among) for name, among in subsets.items() if among.any()}
-              for rule, p in predicted.items()}
-    scores.update(score=scores['combined']['all']['score'], num_images=len(labels),
-                  **{f'num_{name}': int(among.sum()) for name, among in subsets.items()
-                     if name != 'all'})
-    if self.split == config.eval.tune_split:
+    extra = {}
+    if tune:
       present = [subsets[name] for name in unseen.CATEGORIES if subsets[name].any()]
 
       def balanced(p):
@@ -121,8 +118,17 @@ class Evaluator:
       thresholds = SEEN_THRESHOLDS if 'grapheme_prob' in rows else (NEVER,)
       grid = {(tau, t): balanced(predictions(tau, t)) for tau in TAUS for t in thresholds}
       (tau, threshold), best = max(grid.items(), key=lambda kv: kv[1])
-      scores['tuned'] = dict(tau=tau, seen_threshold=threshold, balanced_score=best,
-                             configured_balanced_score=balanced(predicted['combined']))
+      extra['tuned'] = dict(tau=tau, seen_threshold=threshold, balanced_score=best,
+                            configured_balanced_score=balanced(predicted['combined']))
+      chosen = dict(tau=tau, seen_threshold=threshold)
+      extra['tuned_settings'] = dict(chosen, chosen_on=config.eval.tune_split)
+    if chosen:
+      predicted['chosen'] = predictions(chosen['tau'], chosen['seen_threshold'])
+    scores = {rule: {name: score(p, among) for name, among in subsets.items() if among.any()}
+              for rule, p in predicted.items()}
+    scores.update(extra, score=scores['combined']['all']['score'], num_images=len(labels),
+                  **{f'num_{name}': int(among.sum()) for name, among in subsets.items()
+                     if name != 'all'})
     return scores, dict(labels=labels, predictions=predicted['combined'], category=category)
 
   def rule(self):

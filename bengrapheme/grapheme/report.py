@@ -69,7 +69,7 @@ def images_by_category(scores):
 
 
 def seen_vs_unseen(scores):
-  rules = [r for r in ('heads', 'combined') if r in scores]
+  rules = [r for r in ('heads', 'combined', 'chosen') if r in scores]
   keys = ('score', *kaggle.COMPONENTS)
   rows = [[rule, subset, *[by_subset[k] for k in keys]]
           for rule in rules for subset, by_subset in scores[rule].items()]
@@ -84,7 +84,8 @@ def seen_vs_unseen(scores):
                       "combinations and validation graphemes: the private leaderboard's hard "
                       "part). 'heads': argmax of the component heads; 'combined': the "
                       "prediction rule (prior correction, and the whole-grapheme head where "
-                      "it is confident)."),
+                      "it is confident); 'chosen': that rule with the settings "
+                      "eval.tune_split's split chose."),
           report.table(['rule', 'graphemes', 'score', *SHORT.values()], rows),
           report.row(*charts)]
 

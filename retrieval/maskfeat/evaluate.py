@@ -4,10 +4,8 @@ features already retrieve writers (a k-NN probe, no training).
   reconstruction  the masked HOG error (the training loss) on every patch of the split, each
                   with its own mask drawn from (seed, patch index): the same masks at every
                   evaluation, so the curve compares checkpoints;
-  probe           writer and page retrieval of fragment descriptors built from the trunk as
-                  it is: the mean token of each patch (no mask), summed over the fragment's
-                  patches, power-normalised (eval.power) and L2 (retrieval/aggregate.py),
-                  each fragment a query against all others (retrieval/metrics.py).
+  probe           retrieval/probe.py's k-NN probe of the trunk as it is (the mean token of
+                  each unmasked patch), from the same pass.
 'score' is the probe's writer mAP: a pre-trained trunk is wanted for retrieval, and the loss
 can fall on what retrieval does not need.
 """
@@ -15,10 +13,10 @@ import jax
 import numpy as np
 
 from bengrapheme import evaluation, report
-from retrieval import aggregate, data, metrics
-from retrieval.evaluate import labelings
+from retrieval import data
 from retrieval.maskfeat import losses
 from retrieval.model import preprocess
+from retrieval.probe import probe_scores
 
 
 class Evaluator:
@@ -29,7 +27,8 @@ class Evaluator:
     self.config, self.split = config, split
     self.source = data.source(config, workdir, split)
 
-  def run(self, model):
+  def run(self, model, chosen=None, tune=False):
+    del chosen, tune  # nothing to choose
     config, src = self.config, self.source
     tokens = losses.tokens_of(config)
     base = jax.random.key(config.seed)
@@ -44,9 +43,7 @@ class Evaluator:
 
     out = evaluation.outputs_by_row(model, predict, src, batch_size=config.eval.batch_size,
                                     what=f'MaskFeat on {len(src):,} {self.split} patches')
-    descriptors = aggregate.fragment_descriptors(out['features'], src.starts, method='sum',
-                                                 alpha=config.eval.power)
-    probe = metrics.retrieval_metrics(descriptors, labelings(src))
+    probe = probe_scores(out['features'], src, config.eval.power)
     scores = {'reconstruction': {'loss': float(np.mean(out['error']))}, 'probe': probe,
               'score': probe['writer']['map']}
     return scores, None

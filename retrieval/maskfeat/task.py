@@ -6,7 +6,9 @@ mask token + HOG head), losses (masked HOG error), evaluate (held-out error and 
 writer probe). A fragment run starts from its trunk with model.init_from=WORKDIR.
 """
 from retrieval.maskfeat.data import check_data, random_batch, train_data  # noqa: F401
-from retrieval.maskfeat.evaluate import Evaluator as evaluator  # noqa: F401
+from retrieval.maskfeat.evaluate import Evaluator  # noqa: F401
 from retrieval.maskfeat.losses import loss  # noqa: F401
 from retrieval.maskfeat.model import make_model  # noqa: F401
 from retrieval.maskfeat.validate import validate  # noqa: F401
+
+EVALUATORS = {'maskfeat': Evaluator}  # config.evals.NAME.type

@@ -46,7 +46,7 @@ def test_a_task_missing_a_function_fails_at_load_naming_it(tmp_path, monkeypatch
   from bengrapheme import protocols, train
   from configs import grapheme
   (tmp_path / 'half_task.py').write_text(
-      'from bengrapheme.grapheme.task import (check_data, evaluator, make_model, '
+      'from bengrapheme.grapheme.task import (EVALUATORS, check_data, make_model, '
       'random_batch, train_data)\n')  # no loss
   monkeypatch.syspath_prepend(str(tmp_path))
   config = grapheme.get_config('test')
@@ -56,7 +56,7 @@ def test_a_task_missing_a_function_fails_at_load_naming_it(tmp_path, monkeypatch
     train.load_task(config)
   assert str(error.value) == (
       "task module 'half_task' lacks loss; bengrapheme/protocols.py's Task provides "
-      'check_data, train_data, make_model, loss, evaluator, random_batch')
+      'check_data, train_data, make_model, loss, random_batch')
   config.task = 'bengrapheme.grapheme.task'
   assert train.load_task(config)  # the real one passes
 
@@ -69,3 +69,30 @@ def test_an_evaluator_missing_a_method_is_named():
   with pytest.raises(protocols.SeamError, match=r'^evaluator lacks headline, summary, '
                      r"report_sections; bengrapheme/protocols.py's Evaluator provides run, "):
     protocols.check(Partial(), protocols.Evaluator, 'evaluator')
+
+
+def test_a_model_without_a_backbone_fails_at_build_naming_it(monkeypatch):
+  """protocols.Model: fine-tuning (model.init_from) and the k-NN probe read model.backbone."""
+  from bengrapheme import parallel, protocols, train
+  from bengrapheme.grapheme import model as grapheme_model
+  from configs import grapheme
+  config = grapheme.get_config('test')
+  task = train.load_task(config)
+  made = grapheme_model.make_model
+
+  def without_backbone(config, rngs):
+    model = made(config, rngs)
+    del model.backbone
+    return model
+  monkeypatch.setattr(task, 'make_model', without_backbone)
+  with pytest.raises(protocols.SeamError, match=r"^the model of task 'bengrapheme.grapheme."
+                     r"task' lacks backbone; bengrapheme/protocols.py's Model provides "
+                     r'__call__, backbone'):
+    train.init_state(config, task, parallel.make_mesh(config.mesh))
+
+
+def test_a_sampler_without_len_is_named():
+  from bengrapheme import input as input_lib, protocols
+  with pytest.raises(protocols.SeamError, match='^the training sampler lacks __len__'):
+    input_lib.train_stream(type('Sampler', (), {'__getitem__': lambda self, b: [b]})(),
+                           lambda indices: {}, local_batch=1, process_index=0)

@@ -65,8 +65,8 @@ def test_training_run_logs_loss_lr_throughput_and_evals(grapheme_data, grapheme_
   result = run_module(
       'launch.train', '--config=configs/grapheme.py:test', '--data', grapheme_data,
       '--workdir', workdir, '--config.train.steps=4', '--config.train.log_every=2',
-      '--config.train.checkpoint_every=4', '--config.eval.every=4',
-      "--config.eval.splits=('val',)")  # val only: test would be converted too
+      '--config.train.checkpoint_every=4',
+      '--config.evals.val.every=4')  # val only: test would be converted too
   # Each logged value is the mean over the steps since the previous line, not the value of
   # the step the line falls on: grapheme_trained is the same run logged at every step.
   every_step = {row['step']: row for row in jsonl(grapheme_trained) if 'loss' in row}

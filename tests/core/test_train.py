@@ -55,6 +55,10 @@ def test_evaluate_and_predict(grapheme_data, grapheme_evaluated):
   assert report['val']['tuned/tau'] in evaluate.TAUS
   assert report['val']['tuned/seen_threshold'] in evaluate.SEEN_THRESHOLDS
   assert 'tuned/tau' not in report['test']
+  # test applies val's choice (eval.tune_split, one meaning for every task) as rule 'chosen'.
+  assert report['val']['tuned_settings/chosen_on'] == 'val'
+  assert not any(k.startswith('tuned_settings/') for k in report['test'])
+  assert 0 <= report['test']['chosen/all/score'] <= 1
 
   run_module('launch.predict', f'--config={CONFIG}', '--data', grapheme_data,
              '--workdir', workdir)
@@ -110,3 +114,20 @@ def test_submission_is_never_partial(tmp_path, monkeypatch):
     evaluate.write_submission(path, ['a', 'b', 'c'], [3, 4, 5])
   assert os.listdir(tmp_path) == ['submission.csv']
   assert open(path).read() == before == 'row_id,target\na,1\nb,2\n'
+
+
+def test_the_chosen_rule_is_the_configured_rule_with_the_tuned_settings(grapheme_data,
+                                                                         grapheme_evaluated):
+  """What an evaluator applies from eval.tune_split's choice scores as a config whose own
+  prediction rule holds those settings."""
+  from bengrapheme import eval_only, evaluators
+  from configs import grapheme
+  config = grapheme.get_config('test')
+  config.data.dir = str(grapheme_data)
+  task, model = eval_only.trained_model(config, grapheme_evaluated)
+  chosen = dict(tau=0.5, seen_threshold=0.8)
+  test = evaluators.make(config, task, grapheme_evaluated, ['test'])['test']
+  applied, _ = test.run(model, chosen=chosen)
+  config.predict.update(chosen)
+  configured = evaluators.make(config, task, grapheme_evaluated, ['test'])['test']
+  assert applied['chosen'] == configured.run(model)[0]['combined']

@@ -12,13 +12,15 @@ from retrieval import losses
 
 
 class Linear(nnx.Module):
+  """The smallest protocols.Model: one dense layer as its backbone."""
 
   def __init__(self, config, rngs):
     del config
-    self.dense = nnx.Linear(4, 3, rngs=rngs)
+    self.backbone = nnx.Linear(4, 3, rngs=rngs)
 
-  def __call__(self, x):
-    return self.dense(x)
+  def __call__(self, x, train=False):
+    del train
+    return self.backbone(x)
 
 
 def mean_squared_error(model, batch, key, config):
@@ -69,8 +71,8 @@ def assert_accumulation_exact(make_config, batches, task, scalar_keys):
   scalars."""
   one, one_scalars = run(make_config(grad_accum_steps=1), batches, task)
   accumulated, accumulated_scalars = run(make_config(grad_accum_steps=4), batches, task)
-  assert not np.allclose(one[2]['params']['dense']['kernel'],
-                         one[0]['params']['dense']['kernel'])
+  assert not np.allclose(one[2]['params']['backbone']['kernel'],
+                         one[0]['params']['backbone']['kernel'])
   assert_trees_close(accumulated[-1], one[-1], rtol=1e-5, atol=1e-7)
   for a, b in zip(accumulated_scalars, one_scalars):
     for key in scalar_keys:
@@ -126,8 +128,8 @@ def test_ema_is_decay_times_ema_plus_the_rest_times_the_new_params():
     expected = jax.tree.map(lambda e, p: decay * e + (1 - decay) * p, old['ema'], new['params'])
     assert_trees_close(new['ema'], expected, rtol=1e-6)
   # After two steps the average lags the parameters: the check above compared distinct trees.
-  assert not np.allclose(states[2]['ema']['dense']['kernel'],
-                         states[2]['params']['dense']['kernel'])
+  assert not np.allclose(states[2]['ema']['backbone']['kernel'],
+                         states[2]['params']['backbone']['kernel'])
 
 
 def test_a_non_finite_step_is_skipped_and_counted():
@@ -142,5 +144,5 @@ def test_a_non_finite_step_is_skipped_and_counted():
     jax.tree.map(np.testing.assert_array_equal, skipped[key], before[key])
   assert int(skipped['first_nonfinite_step']) == 2 == int(after['first_nonfinite_step'])
   # The next good step trains on from the kept state.
-  assert not np.allclose(after['params']['dense']['kernel'], before['params']['dense']['kernel'])
+  assert not np.allclose(after['params']['backbone']['kernel'], before['params']['backbone']['kernel'])
   assert all(np.isfinite(x).all() for x in jax.tree.leaves(after))

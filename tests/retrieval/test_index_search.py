@@ -153,7 +153,8 @@ def test_training_without_labels_on_the_collection_then_indexing_it(scholar, tmp
   folder, _ = scholar
   workdir = tmp_path / 'mine'
   overrides = [CONFIG, '--config.data.format=collection', '--config.train.labels=surrogate',
-               '--config.eval.every=0', '--config.eval.splits=()', '--config.eval.tune_split=',
+               '--config.evals.val.every=0', '--config.evals.test.every=0',
+               '--config.eval.tune_split=',
                '--config.train.surrogate_classes=8']
   trained = run_module('launch.train', *overrides, '--data', folder, '--workdir', workdir)
   assert re.search(r'Skipping \S*broken\.jpg: unreadable image', trained.stdout + trained.stderr)
@@ -202,7 +203,7 @@ def test_training_evaluations_log_the_val_choice_that_the_index_reads(fragment_d
   metrics.jsonl (the split that chose is a label, kept out of the curves)."""
   workdir = tmp_path / 'workdir'
   run_module('launch.train', CONFIG, '--data', fragment_data, '--workdir', workdir,
-             '--config.eval.every=6', "--config.eval.splits=('val',)")
+             '--config.evals.val.every=6')
   rows = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
   assert any('val/tuned_settings/fusion_weight' in row for row in rows)
   run_module('launch.index', CONFIG, '--workdir', workdir, '--collection', scholar[0])

@@ -160,11 +160,11 @@ def test_val_keeps_a_step_off_unless_it_helps():
   clean = (rng.normal(size=(12, 16))[writers] + 0.05 * rng.normal(size=(60, 16))).astype(np.float32)
   labels = {'writer': writers, 'page': writers}
   # SRS-LBP that tells the writers apart perfectly: fusion is chosen.
-  chosen, tried = evaluate.tune(_pipeline(noisy, clean), labels)
+  chosen, tried = evaluate.choose_settings(_pipeline(noisy, clean), labels)
   assert chosen['fusion_weight'] > 0
   assert tried['fusion_weight'][str(chosen['fusion_weight'])] > tried['fusion_weight']['0.0']
   # SRS-LBP that is noise: fusion stays off, and so does every step that does not help.
-  chosen, tried = evaluate.tune(_pipeline(clean, rng.normal(size=(60, 16)).astype(np.float32)),
+  chosen, tried = evaluate.choose_settings(_pipeline(clean, rng.normal(size=(60, 16)).astype(np.float32)),
                                 labels)
   assert chosen['fusion_weight'] == 0.0
   for name, grid in evaluate.GRIDS:

@@ -1,0 +1,54 @@
+"""A k-NN probe: how well a model's backbone already retrieves writers, with no head and no
+post-processing. Any run on fragment data can name it (config.evals.NAME.type =
+'knn_probe' in the fragment and MaskFeat tasks): it reads only what every model has
+(protocols.Model's backbone, pooled by train.trained_model's `features`).
+
+Each patch's pooled backbone features, summed over the fragment's patches, power-normalised
+(eval.power) and L2 (retrieval/aggregate.py), each fragment a query against all others
+(retrieval/metrics.py). 'score' is the writer mAP.
+"""
+from bengrapheme import evaluation, report
+from retrieval import aggregate, data, metrics
+from retrieval.evaluate import labelings
+from retrieval.model import preprocess
+
+
+def probe_scores(features, src, power):
+  """Writer and page retrieval scores of per-patch `features` [len(src), D] of `src`."""
+  descriptors = aggregate.fragment_descriptors(features, src.starts, method='sum', alpha=power)
+  return metrics.retrieval_metrics(descriptors, labelings(src))
+
+
+class KnnProbe:
+
+  def __init__(self, config, split, workdir):
+    # data.source raises evaluation.Unlabelled for a collection: no writers to score.
+    self.config, self.split = config, split
+    self.source = data.source(config, workdir, split)
+
+  def run(self, model, chosen=None, tune=False):
+    del chosen, tune  # nothing to choose
+    config, src = self.config, self.source
+    features = evaluation.outputs_by_row(
+        model._replace(apply=model.features),
+        lambda forward, batch: {'features': forward(preprocess(batch['image'], config))},
+        src, batch_size=config.eval.batch_size,
+        what=f'backbone features of {len(src):,} {self.split} patches')['features']
+    probe = probe_scores(features, src, config.eval.power)
+    return dict(probe, score=probe['writer']['map']), None
+
+  def headline(self, scores):
+    return f"k-NN probe writer mAP {scores['score']:.4f}"
+
+  def summary(self, scores):
+    w, p = scores['writer'], scores['page']
+    return (('writer mAP', 'Top-1', 'Pr@10', 'page mAP', 'page Top-1'),
+            [(w['map'], w['top1'], w['pr10'], p['map'], p['top1'])],
+            f'k-NN probe on {self.split!r}: fragment descriptors from the backbone as it is '
+            '(pooled features summed over patches), each fragment a query against all others.')
+
+  def report_sections(self, scores, details):
+    del details
+    header, rows, note = self.summary(scores)
+    return [report.tag('h2', f'k-NN probe: split {self.split!r}'),
+            report.table(header, rows), report.note(note)]
