@@ -9,7 +9,7 @@ from flax import nnx
 
 from conftest import ROOT
 
-CONFIGS = ('configs.grapheme', 'configs.fragments', 'configs.maskfeat')
+CONFIGS = ('configs.grapheme', 'configs.fragments', 'configs.maskfeat', 'configs.writer_id')
 VARIANTS = [(module, v) for module in CONFIGS for v in importlib.import_module(module).VARIANTS]
 
 
@@ -33,7 +33,7 @@ def test_configs_are_locked(module):
 def test_reading_a_config_imports_no_framework():
   """Configs are read by tools and notebooks that may never train: a fresh process reads
   every variant without importing jax, Orbax, flax or matplotlib."""
-  code = ('import sys, configs.grapheme, configs.fragments, configs.maskfeat\n'
+  code = ('import sys, configs.grapheme, configs.fragments, configs.maskfeat, configs.writer_id\n'
           f'for module, variant in {VARIANTS!r}:\n'
           '  sys.modules[module].get_config(variant)\n'
           "print(sorted(m for m in ('jax', 'orbax', 'flax', 'matplotlib') if m in sys.modules))")
