@@ -31,6 +31,9 @@ def config():
           # fine-tuning).
           layer_decay=dict(rate=1.0, block=r'backbone/blocks/(\d+)/.*', stem='backbone/.*',
                            top='backbone/norm/.*'),
+          # Weight decay skips vectors (norm scales, biases) and the parameters this regex
+          # matches whole ('': none), e.g. 'backbone/(pos_embed|cls_token)'.
+          no_decay='',
           skip_nonfinite=False, log_every=50, checkpoint_every=250, keep_checkpoints=3,
           # (first, last): write a jax.profiler trace of these steps to WORKDIR/profile.
           profile_steps=(0, 0)),

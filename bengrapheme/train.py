@@ -51,8 +51,12 @@ def optimizer(config):
   t = config.train
   schedule = optax.warmup_cosine_decay_schedule(
       0.0, t.lr, t.warmup_steps, max(t.steps, t.warmup_steps + 1), t.lr * t.final_lr_fraction)
-  # No weight decay on norm scales and biases (vectors), as is standard for ResNets.
-  decay_mask = lambda params: jax.tree.map(lambda p: p.ndim > 1, params)
+  # No weight decay on norm scales and biases (vectors), as is standard for ResNets, nor on
+  # the parameters train.no_decay matches (a ViT's position table and class token, say).
+  def decay_mask(params):
+    def decayed(path, p):
+      return p.ndim > 1 and not (t.no_decay and re.fullmatch(t.no_decay, path_name(path)))
+    return jax.tree_util.tree_map_with_path(decayed, params)
   tx = optax.chain(optax.clip_by_global_norm(t.grad_clip),
                    optax.adamw(schedule, weight_decay=t.weight_decay, mask=decay_mask))
   if t.groups:
@@ -83,12 +87,14 @@ def group_of(groups, name):
 
 
 def check_groups(config, params):
-  """errors.ConfigError when a pattern of train.groups or train.layer_decay matches no
-  parameter of the model (a typo would silently train every parameter alike)."""
+  """errors.ConfigError when a pattern of train.groups, train.layer_decay or train.no_decay
+  matches no parameter of the model (a typo would silently train every parameter alike)."""
   names = [path_name(p) for p, _ in jax.tree_util.tree_leaves_with_path(params)]
   patterns = {f'train.groups.{g}.pattern': spec.pattern for g, spec in config.train.groups.items()}
   if config.train.layer_decay.rate != 1:
     patterns['train.layer_decay.block'] = config.train.layer_decay.block
+  if config.train.no_decay:
+    patterns['train.no_decay'] = config.train.no_decay
   for field, pattern in patterns.items():
     if not any(re.fullmatch(pattern, n) for n in names):
       raise errors.ConfigError(f'{field}={pattern!r} matches no parameter of model.name='

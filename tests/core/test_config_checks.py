@@ -93,6 +93,7 @@ def test_entry_points_stop_in_one_line_before_any_work(tmp_path, command, config
     ('layer_decay', r"train.layer_decay.block='backbone/block/(\\d+)/.*' matches no "
      "parameter of model.name='cifar_resnet'; its parameters are named like "
      'backbone/blocks/0/conv1/kernel, '),
+    ('no_decay', "train.no_decay='backbone/pos_embed' matches no parameter"),
 ])
 def test_a_parameter_pattern_that_matches_nothing_is_named(field, message):
   from flax import nnx
@@ -100,8 +101,10 @@ def test_a_parameter_pattern_that_matches_nothing_is_named(field, message):
   if field == 'groups':
     config.train.groups = dict(backbone=dict(pattern='backbne/.*', lr_scale=0.1,
                                              frozen_steps=0))
-  else:
+  elif field == 'layer_decay':
     config.train.layer_decay.update(rate=0.5, block=r'backbone/block/(\d+)/.*')
+  else:
+    config.train.no_decay = 'backbone/pos_embed'  # a ViT's; the ResNet has none
   task = train.load_task(config)
   params = nnx.state(nnx.eval_shape(lambda: task.make_model(config, nnx.Rngs(0))), nnx.Param)
   with pytest.raises(errors.ConfigError) as error:

@@ -55,6 +55,29 @@ def test_backbone_learning_rate_is_scaled_and_frozen_first():
       assert all(np.abs(x).max() > 0 for x in jax.tree.leaves(t['heads']))
 
 
+def test_weight_decay_skips_vectors_and_what_no_decay_matches():
+  """With zero gradients AdamW's update is the decay alone: on matrices and kernels, not on
+  vectors, and not on the parameters train.no_decay names."""
+  config = grapheme.get_config('test')
+  config.train.update(weight_decay=0.5, warmup_steps=0)
+  shapes = nnx.state(nnx.eval_shape(lambda: task.make_model(config, nnx.Rngs(0))), nnx.Param)
+  params = jax.tree.map(lambda s: jnp.ones(s.shape, s.dtype), shapes)
+
+  def decayed(config):
+    tx, _ = train.optimizer(config)
+    u, _ = tx.update(jax.tree.map(jnp.zeros_like, params), tx.init(params), params)
+    return {train.path_name(path): bool(np.abs(x).max() > 0)
+            for path, x in jax.tree_util.tree_leaves_with_path(nnx.State(u).to_pure_dict())}
+
+  plain = decayed(config)
+  assert plain == {train.path_name(path): len(leaf.shape) > 1 for path, leaf in
+                   jax.tree_util.tree_leaves_with_path(nnx.State(params).to_pure_dict())}
+  config.train.no_decay = 'heads/.*'
+  masked = decayed(config)
+  assert masked == {name: d and not name.startswith('heads/') for name, d in plain.items()}
+  assert any(masked.values()) and any(d for n, d in plain.items() if n.startswith('heads/'))
+
+
 FINETUNE_CONFIG = '''
 import ml_collections
 from configs import grapheme
