@@ -71,12 +71,12 @@ demo-fragments: setup $(FRAG_DATA)/test
 	$(PY) -m launch.evaluate --config configs/fragments.py:demo --data $(FRAG_DATA) --workdir $(FRAG_WORKDIR)
 
 # SAGHOG at CPU size: MaskFeat pre-training of a ViT, then the fragment fine-tune from it
-# (configs/fragments.py:saghog_demo reads workdirs/maskfeat-demo; docs/fragments.md).
+# (configs/fragments.py:recipe=saghog reads workdirs/maskfeat-demo; docs/fragments.md).
 demo-saghog: setup $(FRAG_DATA)/test
 	$(PY) -m launch.train --config configs/maskfeat.py:demo --data $(FRAG_DATA) --workdir workdirs/maskfeat-demo
 	$(PY) -m launch.evaluate --config configs/maskfeat.py:demo --data $(FRAG_DATA) --workdir workdirs/maskfeat-demo
-	$(PY) -m launch.train --config configs/fragments.py:saghog_demo --data $(FRAG_DATA) --workdir workdirs/saghog-demo
-	$(PY) -m launch.evaluate --config configs/fragments.py:saghog_demo --data $(FRAG_DATA) --workdir workdirs/saghog-demo
+	$(PY) -m launch.train --config configs/fragments.py:recipe=saghog --data $(FRAG_DATA) --workdir workdirs/saghog-demo
+	$(PY) -m launch.evaluate --config configs/fragments.py:recipe=saghog --data $(FRAG_DATA) --workdir workdirs/saghog-demo
 
 test: setup-test
 	$(PY) -m pytest -q -m "slow or not slow" --durations=15

@@ -3,6 +3,8 @@
 configs/*.py start from config() and update it. This module imports ml_collections only, so
 reading a config does not import jax, Orbax or matplotlib (as big_vision's configs).
 """
+import types
+
 import ml_collections
 
 
@@ -44,6 +46,24 @@ def config():
       eval=dict(batch_size=256, tune_split=''),
       mesh=dict(data=-1, fsdp=1),  # data=-1: all devices not used by fsdp
   ))
+
+
+def arguments(arg, config_file, **choices):
+  """A config's arguments, as big_vision's configs take them: 'size=demo,recipe=saghog' picks
+  a value for each key of `choices` (a tuple of the allowed values, the default first); a
+  bare word sets the first key ('test' = 'size=test'). Returns them as attributes."""
+  first = next(iter(choices))
+  picked = {key: allowed[0] for key, allowed in choices.items()}
+  for part in filter(None, arg.split(',')):
+    key, value = part.split('=', 1) if '=' in part else (first, part)
+    if key not in choices:
+      raise ValueError(f'{config_file}:{arg}: no argument {key!r}; expected '
+                       f'{", ".join(choices)}')
+    if value not in choices[key]:
+      raise ValueError(f'{config_file}:{arg}: {key}={value!r}: expected one of '
+                       f'{", ".join(choices[key])}')
+    picked[key] = value
+  return types.SimpleNamespace(**picked)
 
 
 def test_size(c, steps):

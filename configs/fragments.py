@@ -17,9 +17,9 @@ DATA holds train/ and test/ folders of WID_PID_FID.jpg fragments (the HisFrag20 
   python -m launch.train --config configs/fragments.py:demo --config.train.labels=surrogate \
       --data data/fragments-synth --workdir workdirs/fragments-surrogate
   # A scholar's own folder of images (any names, nested, no labels), then index and search it:
-  python -m launch.train --config configs/fragments.py:collection --data MY_IMAGES \
+  python -m launch.train --config configs/fragments.py:data=collection --data MY_IMAGES \
       --workdir workdirs/mine
-  python -m launch.index --config configs/fragments.py:collection --workdir workdirs/mine \
+  python -m launch.index --config configs/fragments.py:data=collection --workdir workdirs/mine \
       --collection MY_IMAGES
   python -m launch.search --workdir workdirs/mine --query MY_IMAGES/box3/f12.png
 """
@@ -28,8 +28,12 @@ import ml_collections
 from bengrapheme import defaults
 from configs import maskfeat
 
-VARIANTS = ('demo', 'collection', 'hisfrag20', 'saghog', 'saghog_demo', 'test',
-            'saghog_test')
+# The arguments (configs/fragments.py:size=demo,recipe=saghog; a bare word is the size).
+SIZES = ('demo', 'hisfrag20', 'test')
+RECIPES = ('resnet', 'saghog')
+DATA = ('folder', 'collection')
+VARIANTS = ('demo', 'hisfrag20', 'test', 'data=collection', 'recipe=saghog',
+            'recipe=saghog,size=hisfrag20', 'recipe=saghog,size=test')
 
 
 def test_size(c):
@@ -39,9 +43,51 @@ def test_size(c):
   c.eval.update(lbp_fit_fragments=40, whitening_dims=8)
 
 
+def full_size(c):
+  """HisFrag20 at full size on accelerators: a tenth of train/'s writers as val (~10k of the
+  101,706 fragments), 128 patches a fragment, P x K batches of 1,024 (64 writers, 16 patches
+  each, as Peer et al.), 30,000 steps."""
+  c.data.val_writers = 0.1
+  c.input.max_patches = 128
+  c.train.update(steps=30000, batch_size=1024, writers_per_batch=64, lr=1e-3, log_every=100,
+                 checkpoint_every=1000, surrogate_classes=5000)
+  c.eval.update(batch_size=4096, lbp_fit_fragments=5000)
+  for entry in c.evals.values():
+    entry.every = 5000
+
+
+def saghog(c, size):
+  """SAGHOG (Peer et al. 2024; marco-peer/icdar24 config/finetune_maskfeat_hisfrag.yml): the
+  ViT trunk of configs/maskfeat.py, pre-trained there (model.init_from=its workdir; '' to
+  train from scratch), NetRVLAD over its token map (centres by k-means on the trunk's
+  features of training patches), multi-similarity on surrogate classes, AdamW with
+  layer-wise decay (each block nearer the input learns at a quarter of the next one's rate),
+  fragment descriptors summed, power 0.4 and PCA-whitened (to 512 at full scale). Its code
+  does not intra-normalise NetRVLAD (random=True); neither does this."""
+  c.model.update(name='vit', args=maskfeat.vit_args(size), pooling='netrvlad',
+                 vlad_intra_norm=False)
+  c.train.update(weight_decay=0.01, labels='surrogate')
+  c.train.layer_decay.rate = 0.25
+  c.eval.update(power=0.4)
+  if size == 'demo':
+    # Measured against the ResNet demo at its CPU time (490 ViT steps) and with its writer
+    # labels, so only the model and optimizer differ; layer decay 0.75 is val's choice
+    # (docs/fragments.md, records saghog-demo*).
+    c.train.update(labels='writer', steps=490)
+    c.train.layer_decay.rate = 0.75
+    c.model.init_from = 'workdirs/maskfeat-demo'
+  elif size == 'hisfrag20':
+    c.model.init_from = 'workdirs/maskfeat-hisfrag20'  # configs/maskfeat.py:hisfrag20's
+    # 100 clusters of the 512-d tokens; the projection keeps 512 dims, the fragment
+    # descriptor's PCA-whitening dims. 30 epochs of 1,024,000 patches, 5 of them warm-up.
+    c.model.update(netvlad_clusters=100, embedding_dim=512)
+    c.train.warmup_steps = 5000
+  else:
+    c.model.update(netvlad_clusters=4, embedding_dim=16)
+
+
 def get_config(arg='demo'):
-  if arg not in VARIANTS:
-    raise ValueError(f'configs/fragments.py:{arg}: expected one of {", ".join(VARIANTS)}')
+  a = defaults.arguments(arg, 'configs/fragments.py', size=SIZES, recipe=RECIPES, data=DATA)
   c = defaults.config()  # the trainer's fields; what follows is this task's
   c.task = 'retrieval.task'
   # data.dir holds train/ and test/; format='tfds' reads retrieval/tfds_hisfrag20.py's build,
@@ -94,7 +140,9 @@ def get_config(arg='demo'):
                 srs_lbp=True, lbp_fit_fragments=1000, export_distances=True,
                 export_method='tuned', export_csv_header=False)
 
-  if arg == 'hisfrag20':
+  if a.recipe == 'saghog':
+    saghog(c, a.size)
+  elif a.size == 'hisfrag20':
     # The same pipeline at full scale on accelerators: more patches per fragment, large P x K
     # batches (Peer et al.: 16 patches a class, batch 1,024), bf16, and an ImageNet-pretrained
     # ResNet-34 trunk (as the ResNet-34 + NetVLAD writer-retrieval results; torchvision's
@@ -103,73 +151,29 @@ def get_config(arg='demo'):
     # The pretrained trunk learns at a tenth of the new pooling and projection's rate, frozen
     # for its first 1,000 steps, then warmed up over warmup_steps of its own (common
     # fine-tuning practice; not tuned here).
-    c.data.val_writers = 0.1  # ~10k of the 101,706 train fragments
     c.input.update(max_patches=128, patch_size=64)
     c.model.update(name='resnet', init_from='weights/resnet34.tv_in1k/model.safetensors')
     c.model.args = dict(depth=34, width=64, stem='imagenet', padding='symmetric',
                         dtype='bfloat16')
-    c.train.update(steps=30000, batch_size=1024, writers_per_batch=64, lr=1e-3,
-                   warmup_steps=1000, ema_decay=0.999, log_every=100, checkpoint_every=1000,
-                   surrogate_classes=5000)
+    c.train.update(ema_decay=0.999, warmup_steps=1000)
     c.train.groups = dict(backbone=dict(pattern='backbone/.*', lr_scale=0.1,
                                         frozen_steps=1000))
-    c.eval.update(batch_size=4096, lbp_fit_fragments=5000)
-    for entry in c.evals.values():
-      entry.every = 5000
-  elif arg in ('saghog', 'saghog_demo', 'saghog_test'):
-    # SAGHOG (Peer et al. 2024; marco-peer/icdar24 config/finetune_maskfeat_hisfrag.yml): the
-    # ViT trunk of configs/maskfeat.py, pre-trained there (model.init_from=its workdir; '' to
-    # train from scratch), NetRVLAD over its token map (centres by k-means on the trunk's
-    # features of training patches), multi-similarity on surrogate classes, AdamW with
-    # layer-wise decay (each block nearer the input learns at a quarter of the next one's
-    # rate), fragment descriptors summed, power 0.4 and PCA-whitened (to 512 at full scale).
-    # Its code does not intra-normalise NetRVLAD (random=True); neither do these.
-    size = {'saghog': 'hisfrag20', 'saghog_demo': 'demo', 'saghog_test': 'test'}[arg]
-    c.model.update(name='vit', args=maskfeat.vit_args(size), pooling='netrvlad',
-                   vlad_intra_norm=False)
-    c.train.update(weight_decay=0.01, labels='surrogate')
-    c.train.layer_decay.rate = 0.25
-    c.eval.update(power=0.4)
-    if arg == 'saghog_demo':
-      # The CPU time of the demo it is measured against (600 steps of the ResNet-20, whose
-      # step is about 1.2x faster on 2 cores: 490 steps), and its writer labels: only the
-      # model and the optimizer differ. The full recipe trains on surrogate classes, as
-      # published. From make demo-fragments' data pre-trained by configs/maskfeat.py:demo.
-      # Layer decay 0.75: val's choice among the pre-trained runs (0.25, 0.75, 1.0; records
-      # saghog-demo*). At this length the same ViT from scratch scores higher on val than
-      # any of them (docs/fragments.md says by how much, and why).
-      c.train.update(labels='writer', steps=490)
-      c.train.layer_decay.rate = 0.75
-      c.model.init_from = 'workdirs/maskfeat-demo'
-    if arg == 'saghog':
-      c.model.init_from = 'workdirs/maskfeat-hisfrag20'  # configs/maskfeat.py:hisfrag20's
-      c.data.val_writers = 0.1
-      c.input.max_patches = 128
-      # 100 clusters of the 512-d tokens; the projection keeps 512 dims, the fragment
-      # descriptor's PCA-whitening dims.
-      c.model.update(netvlad_clusters=100, embedding_dim=512)
-      # 30 epochs of 1,024,000 patches at batch 1,024 (16 a class), 5 of them warm-up.
-      c.train.update(steps=30000, batch_size=1024, writers_per_batch=64, lr=1e-3,
-                     warmup_steps=5000, log_every=100, checkpoint_every=1000,
-                     surrogate_classes=5000)
-      c.eval.update(batch_size=4096, lbp_fit_fragments=5000)
-      for entry in c.evals.values():
-        entry.every = 5000
-    elif arg == 'saghog_test':
-      test_size(c)
-      c.model.update(netvlad_clusters=4, embedding_dim=16)
-  elif arg == 'collection':
-    # The demo's training on any folder of images (retrieval/collection.py): no writer
-    # labels, so surrogate classes, and no split to score or to choose the post-processing
-    # on, so launch.index uses the settings above (the encoder alone) unless given others.
+  elif a.size == 'test':
+    c.model.args = dict(depth=8, width=4, dtype='float32')
+    c.model.embedding_dim = 16
+  if a.size == 'hisfrag20':
+    full_size(c)
+  elif a.size == 'test':
+    test_size(c)
+
+  if a.data == 'collection':
+    # Any folder of images (retrieval/collection.py): no writer labels, so surrogate
+    # classes, and no split to score or to choose the post-processing on, so launch.index
+    # uses the settings above (the encoder alone) unless given others.
     c.data.format = 'collection'
     c.train.labels = 'surrogate'
     c.evals = {}
     c.eval.tune_split = ''
-  elif arg == 'test':
-    test_size(c)
-    c.model.args = dict(depth=8, width=4, dtype='float32')
-    c.model.embedding_dim = 16
 
   c.lock()
   return c

@@ -4,12 +4,12 @@ HOG prediction on fragment patches, no labels, then a fragment fine-tune that st
   # CPU demo, on make demo-fragments' data (pre-training, then the fine-tune from it):
   python -m launch.train --config configs/maskfeat.py:demo --data data/fragments-synth \
       --workdir workdirs/maskfeat-demo
-  python -m launch.train --config configs/fragments.py:saghog_demo --data data/fragments-synth \
+  python -m launch.train --config configs/fragments.py:recipe=saghog --data data/fragments-synth \
       --workdir workdirs/saghog-demo --config.model.init_from=workdirs/maskfeat-demo
   # HisFrag20 at SAGHOG's scale (Peer et al. 2024), on accelerators:
   python -m launch.train --config configs/maskfeat.py:hisfrag20 --data /data/hisfrag20 \
       --workdir gs://bucket/maskfeat
-  python -m launch.train --config configs/fragments.py:saghog --data /data/hisfrag20 \
+  python -m launch.train --config configs/fragments.py:recipe=saghog,size=hisfrag20 --data /data/hisfrag20 \
       --workdir gs://bucket/saghog --config.model.init_from=gs://bucket/maskfeat
 
 The trunk's settings (model.args, input.patch_size) must be the fine-tune's: the two configs
@@ -43,8 +43,7 @@ def fragment_test_size(c):
 
 
 def get_config(arg='demo'):
-  if arg not in VARIANTS:
-    raise ValueError(f'configs/maskfeat.py:{arg}: expected one of {", ".join(VARIANTS)}')
+  arg = defaults.arguments(arg, 'configs/maskfeat.py', size=VARIANTS).size
   c = defaults.config()
   c.task = 'retrieval.maskfeat.task'
   # The fragment task's data and patches (retrieval/data.py): train/'s writers less the val

@@ -12,8 +12,7 @@ VARIANTS = ('demo', 'test')
 
 
 def get_config(arg='demo'):
-  if arg not in VARIANTS:
-    raise ValueError(f'configs/writer_id.py:{arg}: expected one of {", ".join(VARIANTS)}')
+  arg = defaults.arguments(arg, 'configs/writer_id.py', size=VARIANTS).size
   c = defaults.config()
   c.task = 'retrieval.writer_id.task'
   # The fragment task's folder and patch cache (retrieval/data.py) with no writer held out:

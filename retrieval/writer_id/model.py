@@ -2,7 +2,7 @@
 feature map averaged, one linear layer to the writers' logits."""
 from flax import nnx
 
-from bengrapheme import models
+from bengrapheme import errors, models
 from retrieval.model import preprocess
 from retrieval.writer_id import data
 
@@ -20,7 +20,10 @@ class WriterClassifier(nnx.Module):
 
 
 def make_model(config, rngs):
-  # model.num_writers 0: one class per writer of train/ (a dry run without data sets it).
+  """model.num_writers classes, or with 0 one per writer of train/ (which needs --data)."""
+  if not config.model.num_writers and not config.data.dir:
+    raise errors.ConfigError('model.num_writers=0: the classes are counted from train/\'s '
+                             'writers; pass --data, or set it (a dry run without data)')
   n = config.model.num_writers or len(data.writers(config))
   return WriterClassifier(config, rngs, n)
 

@@ -16,6 +16,8 @@ VARIANTS = [(module, v) for module in CONFIGS for v in importlib.import_module(m
 @pytest.mark.parametrize('module,variant', VARIANTS)
 def test_variant_builds_its_model(module, variant):
   config = importlib.import_module(module).get_config(variant)
+  if 'num_writers' in config.model:  # else counted from the data, which this test has not
+    config.model.num_writers = 3
   task = importlib.import_module(config.task)
   model = nnx.eval_shape(lambda: task.make_model(config, nnx.Rngs(0)))  # shapes only
   assert nnx.state(model, nnx.Param)
@@ -28,6 +30,19 @@ def test_configs_are_locked(module):
     config.train.stepz = 3
   with pytest.raises(ValueError, match='expected one of'):
     importlib.import_module(module).get_config('nope')
+
+
+def test_config_arguments_are_named_and_checked():
+  from configs import fragments
+  assert (fragments.get_config('test').to_json() ==
+          fragments.get_config('size=test,recipe=resnet').to_json())
+  assert fragments.get_config('recipe=saghog,size=test').model.name == 'vit'
+  with pytest.raises(ValueError, match=r"^configs/fragments.py:recipe=sag: recipe='sag': "
+                     'expected one of resnet, saghog$'):
+    fragments.get_config('recipe=sag')
+  with pytest.raises(ValueError, match=r"^configs/fragments.py:model=vit: no argument "
+                     "'model'; expected size, recipe, data$"):
+    fragments.get_config('model=vit')
 
 
 def test_reading_a_config_imports_no_framework():

@@ -32,7 +32,7 @@ EXACT = ['--config.train.checkpoint_every=4', '--config.train.log_every=1',
 TASKS = {'grapheme': ('configs/grapheme.py:test', 'grapheme_data'),
          'fragments': ('configs/fragments.py:test', 'fragment_data'),
          'maskfeat': ('configs/maskfeat.py:test', 'fragment_data'),
-         'saghog': ('configs/fragments.py:saghog_test', 'fragment_data')}
+         'saghog': ('configs/fragments.py:recipe=saghog,size=test', 'fragment_data')}
 
 
 def train_args(task, data, workdir, steps=STEPS, extra=()):

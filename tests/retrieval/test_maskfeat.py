@@ -68,7 +68,7 @@ def test_random_mask_masks_exactly_the_ratio_and_differs_by_row():
 
 
 def test_layer_decay_scales_each_blocks_update():
-  config = fragments.get_config('saghog_test')
+  config = fragments.get_config('recipe=saghog,size=test')
   config.unlock()
   from retrieval import task
   shapes = nnx.state(nnx.eval_shape(lambda: task.make_model(config, nnx.Rngs(0))), nnx.Param)
@@ -116,7 +116,7 @@ def test_pretraining_evaluates_reconstruction_and_the_writer_probe(pretrained):
 
 
 def finetune_config(init_from, **args):
-  config = fragments.get_config('saghog_test')
+  config = fragments.get_config('recipe=saghog,size=test')
   config.unlock()
   config.model.init_from = init_from
   config.model.args.update(args)
@@ -164,7 +164,7 @@ def test_finetune_from_another_trunk_is_one_line(pretrained):
 
 def test_finetune_cli_from_the_pretrained_workdir(pretrained, fragment_data, tmp_path):
   workdir = tmp_path / 'finetune'
-  result = run_module('launch.train', '--config=configs/fragments.py:saghog_test', '--data',
+  result = run_module('launch.train', '--config=configs/fragments.py:recipe=saghog,size=test', '--data',
                       fragment_data, '--workdir', workdir,
                       f'--config.model.init_from={pretrained}')
   assert 'NetRVLAD: k-means of' in result.stdout
