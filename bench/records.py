@@ -126,6 +126,10 @@ PROBE_COLUMNS = (('masked HOG error', 'reconstruction/loss'),
 # table -> (columns (header, key) or (header, record suffix, key), rows (label, record, key
 # prefix of the row's scores)).
 TABLES = {
+    # The README's: make demo on the three families (docs/graphemes.md has the rest).
+    'grapheme-summary': (tuple(ACROSS_FAMILIES[i] for i in (0, 2, 4, 5, 6, 7)), (
+        ('`make demo`', 'grapheme-demo-letters', ''),
+        ('the same, a second seed (`--config.seed=1`)', 'grapheme-demo-letters-seed1', ''))),
     'grapheme-across-families': (ACROSS_FAMILIES, tuple(
         (label, record, '') for label, record in ISSUE_27_RECIPES) + (
         ("upper bound, chooses nothing: the sixth row's recipe trained on the validation "
