@@ -107,6 +107,12 @@ def note(text):
   return tag('p', text, class_='note')
 
 
+def summary_sections(title, summary):
+  """An evaluator's report that is its summary (header, rows, note) under a title."""
+  header, rows, text = summary
+  return [tag('h2', title), table(header, rows), note(text)]
+
+
 # ---------------------------------------------------------------- charts
 
 WIDTH, HEIGHT = 560, 320  # CSS px

@@ -49,6 +49,4 @@ class KnnProbe:
 
   def report_sections(self, scores, details):
     del details
-    header, rows, note = self.summary(scores)
-    return [report.tag('h2', f'k-NN probe: split {self.split!r}'),
-            report.table(header, rows), report.note(note)]
+    return report.summary_sections(f'k-NN probe: split {self.split!r}', self.summary(scores))

@@ -13,19 +13,13 @@ import jax
 import numpy as np
 
 from bengrapheme import evaluation, report
-from retrieval import data
 from retrieval.maskfeat import losses
 from retrieval.model import preprocess
-from retrieval.probe import probe_scores
+from retrieval.probe import KnnProbe, probe_scores
 
 
-class Evaluator:
-
-  def __init__(self, config, split, workdir):
-    # data.source raises evaluation.Unlabelled for a collection, which has no writer labels
-    # for the probe to score.
-    self.config, self.split = config, split
-    self.source = data.source(config, workdir, split)
+class Evaluator(KnnProbe):
+  """KnnProbe's split, with the reconstruction error measured in the same pass."""
 
   def run(self, model, chosen=None, tune=False):
     del chosen, tune  # nothing to choose
@@ -64,6 +58,4 @@ class Evaluator:
 
   def report_sections(self, scores, details):
     del details
-    header, rows, note = self.summary(scores)
-    return [report.tag('h2', f'MaskFeat pre-training: split {self.split!r}'),
-            report.table(header, rows), report.note(note)]
+    return report.summary_sections(f'MaskFeat pre-training: split {self.split!r}', self.summary(scores))

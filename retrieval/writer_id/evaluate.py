@@ -45,6 +45,4 @@ class Accuracy:
 
   def report_sections(self, scores, details):
     del details
-    header, rows, note = self.summary(scores)
-    return [report.tag('h2', f'Writer identification: split {self.split!r}'),
-            report.table(header, rows), report.note(note)]
+    return report.summary_sections(f'Writer identification: split {self.split!r}', self.summary(scores))
