@@ -129,6 +129,7 @@ def run(config, evaluators, model, on_result):
   chosen = None
   for name in sorted(evaluators, key=lambda n: n != tune):
     evaluator = evaluators[name]
+    console.say(f'Scoring {name!r}...')
     if name == tune:
       scores, details = evaluator.run(model, tune=True)
       chosen = scores.get('tuned_settings')

@@ -8,7 +8,7 @@ import pytest
 from conftest import ROOT, run_module
 
 FLAGS = {'launch.train': ('config', 'workdir', 'data', 'dry_run', 'traceback'),
-         'launch.evaluate': ('config', 'workdir', 'data', 'traceback'),
+         'launch.evaluate': ('config', 'workdir', 'data', 'evals', 'traceback'),
          'launch.predict': ('config', 'workdir', 'data', 'traceback'),
          'launch.score_distances': ('distances', 'data', 'out', 'traceback'),
          'launch.index': ('config', 'workdir', 'data', 'collection', 'index', 'traceback'),

@@ -152,9 +152,7 @@ def test_training_without_labels_on_the_collection_then_indexing_it(scholar, tmp
   no names to read writers from, nothing to score, settings from the config)."""
   folder, _ = scholar
   workdir = tmp_path / 'mine'
-  overrides = [CONFIG, '--config.data.format=collection', '--config.train.labels=surrogate',
-               '--config.evals.val.every=0', '--config.evals.test.every=0',
-               '--config.eval.tune_split=',
+  overrides = ['--config=configs/fragments.py:size=test,data=collection',
                '--config.train.surrogate_classes=8']
   trained = run_module('launch.train', *overrides, '--data', folder, '--workdir', workdir)
   assert re.search(r'Skipping \S*broken\.jpg: unreadable image', trained.stdout + trained.stderr)

@@ -189,7 +189,7 @@ def test_one_workdir_evaluated_on_two_datasets(fragment_data, fragment_evaluated
                               'mAP', 'page', 'Top-1']
   srs_lbp = next(line for line in table if line.startswith('srs_lbp '))
   assert float(srs_lbp.split()[1]) == pytest.approx(report['srs_lbp/writer/map'], abs=5e-4)
-  for phase in ('extracting patches', 'embedding', "Scoring split 'test'"):
+  for phase in ('extracting patches', 'embedding', "Scoring 'test'"):
     assert phase in result.stdout, phase
   assert '\r' not in result.stdout + result.stderr  # no progress bar: not a terminal
   queries = {k: v for k, v in report.items() if k.endswith('writer/num_queries')}
