@@ -135,8 +135,10 @@ def scale_by_layer(spec):
   return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
-def init_state(config, task, mesh, pretrained=True):
+def init_state(config, task, mesh, pretrained=True, abstract=False):
   """Builds the sharded train state directly on the devices; returns (graphdef, state).
+  With `abstract`, the state's shapes, dtypes and shardings only (nothing is allocated: what
+  an ahead-of-time compile for a batch that may not fit needs).
 
   With `pretrained` and config.model.init_from set, the backbone starts from that PyTorch
   state_dict (bengrapheme/models/pytorch_weights.py) or, when it names a folder, from the
@@ -144,16 +146,17 @@ def init_state(config, task, mesh, pretrained=True):
   for a fragment fine-tune), checked against the model before any device work. A restored
   checkpoint replaces it, so evaluation passes pretrained=False and needs no weight file."""
   tx, _ = optimizer(config)
-  abstract = nnx.eval_shape(lambda: task.make_model(config, nnx.Rngs(0)))
-  protocols.check(abstract, protocols.Model, f'the model of task {config.task!r}')
-  check_groups(config, nnx.state(abstract, nnx.Param))
+  shaped = nnx.eval_shape(lambda: task.make_model(config, nnx.Rngs(0)))
+  protocols.check(shaped, protocols.Model, f'the model of task {config.task!r}')
+  check_groups(config, nnx.state(shaped, nnx.Param))
+  model_def = nnx.graphdef(shaped)
   loaded = None
   if pretrained and config.model.init_from:
     source = config.model.init_from
     if os.path.isdir(source) or (files.is_bucket(source) and not os.path.splitext(source)[1]):
-      loaded = checkpoint.backbone_state(source, abstract.backbone)
+      loaded = checkpoint.backbone_state(source, shaped.backbone)
     else:
-      loaded = pytorch_weights.backbone_state(abstract.backbone, source)
+      loaded = pytorch_weights.backbone_state(shaped.backbone, source)
 
   def init(loaded):  # an argument, not a constant folded into the compiled init
     model = task.make_model(config, nnx.Rngs(config.seed))
@@ -172,7 +175,11 @@ def init_state(config, task, mesh, pretrained=True):
 
   shapes = jax.eval_shape(init, loaded)
   shardings = parallel.param_sharding(mesh, shapes)
-  return nnx.graphdef(abstract), jax.jit(init, out_shardings=shardings)(loaded)
+  if abstract:
+    return model_def, jax.tree.map(
+        lambda x, sharding: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
+        shapes, shardings)
+  return model_def, jax.jit(init, out_shardings=shardings)(loaded)
 
 
 def eval_variables(state):

@@ -60,8 +60,10 @@ def _report_unknown_keys(config_flag):
 
 
 def _workdir_is_given(path):
-  """Every run writes its workdir but launch.train's --dry_run, which writes nothing."""
-  if path is None and not flags.FLAGS.get_flag_value('dry_run', False):
+  """Every run writes its workdir but launch.train's checks (--dry_run, --feed_check), which
+  write nothing."""
+  if path is None and not any(flags.FLAGS.get_flag_value(check, False)
+                              for check in ('dry_run', 'feed_check')):
     raise flags.ValidationError('--workdir is required: checkpoints, logs and outputs go '
                                 'there')
   return True

@@ -6,87 +6,76 @@ One run at a time owns a workdir: a second one exits at once (status 1) naming t
 A full disk stops training with a message naming the workdir and the space left; the
 checkpoints already saved stay restorable, and rerunning after freeing space resumes.
 
-Before a long run, --dry_run builds the config's model and train step for the devices here,
-compiles it and runs one step on random data of the input's shape; it prints the parameter
-count, FLOPs per image, memory per device, compile time and the step's loss, reads no data
-and no weight file (random initialisation) and writes nothing (--workdir may be left out):
+Before a long run, two checks, each writing nothing (--workdir may be left out):
 
-  python -m launch.train --config configs/grapheme.py:kaggle --dry_run \\
-      --config.train.batch_size=8
+--dry_run compiles the config's train step ahead of time from shapes alone, for the devices
+here or, with --dry_run_devices=N, for N simulated ones (a pod this host does not have); it
+prints the parameter count, FLOPs per image and per device, memory per device and compile
+time, and runs one step on random data where that memory fits (else says in one line why
+not). It reads no data and no weight file:
+
+  python -m launch.train --config configs/grapheme.py:kaggle --dry_run
+  python -m launch.train --config configs/grapheme.py:kaggle --dry_run --dry_run_devices=8
+
+--feed_check runs the config's real input pipeline alone, then the compiled train step alone
+on a random batch kept on the devices, for --feed_check_seconds each, and says which one
+bounds the run, by how much, and what the input would need (per process on a multi-process
+job). It prepares the data in a temporary folder unless --config.data.cache_dir names one
+(e.g. a run's WORKDIR/prepared, reused):
+
+  python -m launch.train --config configs/grapheme.py:demo --data DATA --feed_check
 """
-import time
+import os
+import sys
 
 from absl import flags as absl_flags
 
 from launch import cli, flags
 
 DRY_RUN = absl_flags.DEFINE_bool(
-    'dry_run', False, 'Compile the train step for the devices here and run one step on '
-    'random data; print the parameter count, FLOPs per image, memory per device, compile '
-    'time and loss. Needs no --data, --workdir or weight file; writes nothing.')
+    'dry_run', False, 'Compile the train step ahead of time and run one step on random data '
+    'where it fits; print the parameter count, FLOPs, memory per device and compile time. '
+    'Needs no --data, --workdir or weight file; writes nothing.')
+DRY_RUN_DEVICES = absl_flags.DEFINE_integer(
+    'dry_run_devices', None, 'With --dry_run: compile for this many simulated devices (a '
+    'topology this host does not have) instead of the devices here; the step is not run.',
+    lower_bound=1)
+FEED_CHECK = absl_flags.DEFINE_bool(
+    'feed_check', False, 'Measure the input pipeline alone and the train step alone; say '
+    'which bounds the run. Needs --data; writes nothing.')
+FEED_CHECK_SECONDS = absl_flags.DEFINE_float(
+    'feed_check_seconds', 20.0, 'With --feed_check: how long each part is measured.',
+    lower_bound=0.1)
 
 
-def say(line):
-  """One line of the dry run's report, from process 0 only."""
-  from bengrapheme import console
-  if console.speaks():
-    print(line, flush=True)
-
-
-def mib(size):
-  return f'{size / 2**20:,.1f} MiB'
-
-
-def dry_run(config):
-  """Compiles the trainer's own train step (train.state_and_step) for the local devices and
-  runs it once on the task's random_batch; prints what it costs. Exits 1 on a NaN/Inf loss."""
-  import jax
-  import numpy as np
-  from bengrapheme import parallel, train
-  task = train.load_task(config)
-  mesh = parallel.make_mesh(config.mesh)
-  local = task.random_batch(config, parallel.per_process_batch(config.train.batch_size, mesh))
-  say(f'Dry run: global batch {config.train.batch_size} on {jax.device_count()} '
-      f'{jax.default_backend()} device(s); per process: ' +
-      ', '.join(f'{k} {v.dtype} {list(v.shape)}' for k, v in local.items()))
-  if config.model.init_from:
-    say(f'Random initialisation: model.init_from ({config.model.init_from}) is not read.')
-  _, state, train_step = train.state_and_step(config, task, mesh, pretrained=False)
-  batch = parallel.global_batch(mesh, local)
-  say(f'Parameters: {sum(x.size for x in jax.tree.leaves(state["params"])):,}')
-
-  tick = time.perf_counter()
-  compiled = train_step.lower(state, batch).compile()
-  say(f'Compiled the train step in {time.perf_counter() - tick:.1f} s.')
-  # XLA analyses the program one device runs, on its 1/device_count share of the batch, and
-  # counts a loop's body once: with grad_accum_steps, one micro-batch's forward and backward.
-  images = config.train.batch_size // config.train.grad_accum_steps / jax.device_count()
-  flops = compiled.cost_analysis()['flops'] / images
-  say(f'FLOPs per image: {flops / 1e9:,.3f} GFLOP (forward + backward + update, '
-      'XLA cost analysis of the compiled step)')
-  m = compiled.memory_analysis()
-  # The donated state's outputs reuse its argument buffers: those bytes count once.
-  total = (m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes +
-           m.temp_size_in_bytes + m.generated_code_size_in_bytes)
-  say(f'Memory per device: {mib(total)} = arguments {mib(m.argument_size_in_bytes)} + outputs '
-      f'{mib(m.output_size_in_bytes)} - donated {mib(m.alias_size_in_bytes)} + temporaries '
-      f'{mib(m.temp_size_in_bytes)} + generated code {mib(m.generated_code_size_in_bytes)}')
-
-  tick = time.perf_counter()
-  _, scalars = compiled(state, batch)
-  loss = float(scalars['loss'])
-  if not np.isfinite(loss):
-    raise SystemExit(f'Dry run: the step on random data gave a loss of {loss}')
-  say(f'One step on random data: loss {loss:.4f} (finite), {time.perf_counter() - tick:.1f} s. '
-      'Nothing written.')
+def simulate_devices(count):
+  """N simulated CPU devices for the dry run: XLA reads the count when jax starts, which the
+  configs and flags have not done yet."""
+  from bengrapheme import errors
+  if 'jax' in sys.modules:
+    raise errors.UserError('--dry_run_devices: jax was started before the flag was read')
+  os.environ['JAX_PLATFORMS'] = 'cpu'
+  os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
+                             f' --xla_force_host_platform_device_count={count}')
 
 
 def main(argv):
   del argv
-  from bengrapheme import checkpoint, errors, files, train, workdir_lock
+  from bengrapheme import errors
+  if DRY_RUN_DEVICES.value and not DRY_RUN.value:
+    raise errors.UserError('--dry_run_devices: only with --dry_run')
+  if DRY_RUN.value and FEED_CHECK.value:
+    raise errors.UserError('--dry_run and --feed_check: one at a time')
+  if DRY_RUN_DEVICES.value:
+    simulate_devices(DRY_RUN_DEVICES.value)
+  from bengrapheme import checkpoint, files, train, workdir_lock
+  from launch import preflight
   config = flags.config()
   if DRY_RUN.value:
-    dry_run(config)
+    preflight.dry_run(config, simulated=bool(DRY_RUN_DEVICES.value))
+    return
+  if FEED_CHECK.value:
+    preflight.feed_check(config, FEED_CHECK_SECONDS.value)
     return
   try:
     train.train(config, flags.WORKDIR.value)

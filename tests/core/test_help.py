@@ -7,7 +7,8 @@ import pytest
 
 from conftest import ROOT, run_module
 
-FLAGS = {'launch.train': ('config', 'workdir', 'data', 'dry_run', 'traceback'),
+FLAGS = {'launch.train': ('config', 'workdir', 'data', 'dry_run', 'dry_run_devices',
+                          'feed_check', 'feed_check_seconds', 'traceback'),
          'launch.evaluate': ('config', 'workdir', 'data', 'evals', 'traceback'),
          'launch.predict': ('config', 'workdir', 'data', 'traceback'),
          'launch.score_distances': ('distances', 'data', 'out', 'traceback'),
