@@ -42,8 +42,11 @@ def write_data(root):
 
 
 def train(tree, config, data, workdir, overrides):
+  # A worktree holds no fonts/node_modules: the rendered graphemes read this tree's.
+  fonts = os.path.join(common.ROOT, 'fonts', 'node_modules', '@expo-google-fonts')
   env = dict(os.environ, PYTHONPATH=tree, JAX_PLATFORMS='cpu',
-             XLA_FLAGS='--xla_force_host_platform_device_count=1')
+             XLA_FLAGS='--xla_force_host_platform_device_count=1',
+             BENGRAPHEME_GOOGLE_FONTS=fonts)
   command = [sys.executable, '-m', 'launch.train', f'--config={config}', '--data', data,
              '--workdir', workdir, f'--config.train.steps={STEPS}', *COMMON, *overrides]
   result = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
