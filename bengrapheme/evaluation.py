@@ -7,12 +7,15 @@ evaluators config.evals names; bengrapheme/protocols.py's Evaluator says what ea
 
 Evaluators feed their split through `outputs_by_row`, which runs a jitted function over
 every example exactly once on the whole mesh and hands back host arrays in the source's row
-order. Scores stay nested; `flatten` makes the 'a/b/c' keys that logs and metrics.json use.
+order; what a score needs can instead be summed on the devices as the batches pass
+(`sums`), and travel as totals alone. Scores stay nested; `flatten` makes the 'a/b/c' keys
+that logs and metrics.json use.
 """
 import gc
 from typing import Any, Callable, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from bengrapheme import console, input as input_lib, parallel
@@ -34,33 +37,43 @@ class TrainedModel(NamedTuple):
   features: Callable = None
 
 
-def outputs_by_row(model, predict, source, *, batch_size, keys=('image',), what=None):
+def outputs_by_row(model, predict, source, *, batch_size, keys=('image',), what=None,
+                   sums=None):
   """Runs `predict(forward, batch)` over every example of `source` once.
 
-  forward(images) applies the model; batch holds the source's fields `keys` for one global
-  batch (padding rows included: their outputs are dropped). predict returns a dict of arrays
-  with a leading batch axis. Returns that dict as host numpy arrays [len(source), ...], row i
-  from source[i]. Outputs stay on the devices until the last batch, then travel once.
+  forward(images) applies the model; batch holds the source's fields `keys` and 'mask' for
+  one global batch (padding rows included, mask False: their outputs are dropped). predict
+  returns a dict of arrays with a leading batch axis. Returns that dict as host numpy arrays
+  [len(source), ...], row i from source[i]. Outputs stay on the devices until the last
+  batch, then travel once.
   what: shows progress under this name (bengrapheme/console.py).
+  sums: a pytree of zero arrays to add each batch's counts to, on the devices: predict then
+  returns (outputs, counts), counts shaped like sums, with padding rows counting nothing.
+  Returns (rows, totals): totals over the whole source as host numpy arrays. The jitted step
+  adds the counts of rows sharded over the whole mesh into replicated totals, so on a mesh
+  of several processes they are summed across processes without gathering a row.
   """
   return next(outputs_by_source(model, predict, [source], batch_size=batch_size, keys=keys,
-                                what=what))
+                                what=what, sums=sums))
 
 
 def outputs_by_source(model, predict, sources, *, batch_size, keys=('image',), what=None,
-                      compiler_options=True):
+                      compiler_options=True, sums=None):
   """outputs_by_row for each of `sources` in turn (a generator: a source may be made only
   when its turn comes, e.g. a window of a file read on demand), compiled once for all, with
   the train step's compiler options (compiler_options=False: XLA's defaults, which
-  bench/fragment_features.py measures against)."""
+  bench/fragment_features.py measures against); with `sums`, yields (rows, totals)."""
   mesh = model.mesh
 
-  def step(variables, batch):
+  def step(variables, totals, batch):
     outputs = predict(lambda images: model.apply(variables, images), batch)
-    return outputs, batch['index'], batch['mask']
+    if totals is not None:
+      outputs, counts = outputs
+      totals = jax.tree.map(jnp.add, totals, counts)
+    return (outputs, batch['index'], batch['mask']), totals
 
   # Replicated outputs: every process can read every row, even on a multi-host mesh.
-  step = jax.jit(step, out_shardings=parallel.replicated(mesh),
+  step = jax.jit(step, out_shardings=parallel.replicated(mesh), donate_argnums=1,
                  compiler_options=parallel.compiler_options() if compiler_options else None)
   # A mesh of this process's devices alone (process_local) reads the whole source itself.
   alone = {d.process_index for d in mesh.devices.flat} == {jax.process_index()}
@@ -68,12 +81,14 @@ def outputs_by_source(model, predict, sources, *, batch_size, keys=('image',), w
   local_batch = batch_size if alone else parallel.per_process_batch(batch_size, mesh)
   for source in sources:
     results, in_flight = [], parallel.InFlight()
+    totals = None if sums is None else jax.device_put(sums, parallel.replicated(mesh))
     progress = console.Progress(len(source), what, unit='example')
     for batch in input_lib.eval_batches(source, batch_size=local_batch,
                                         process_index=process_index,
                                         process_count=process_count):
       batch = parallel.global_batch(mesh, {k: batch[k] for k in (*keys, 'index', 'mask')})
-      results.append(step(model.variables, batch))
+      outputs, totals = step(model.variables, totals, batch)
+      results.append(outputs)
       in_flight.push(results[-1])
       progress.update(min(batch_size, len(source) - progress.done))
     progress.close()
@@ -92,7 +107,7 @@ def outputs_by_source(model, predict, sources, *, batch_size, keys=('image',), w
     # of a streamed test set stayed in memory (8.3 GB peak for 200,840 images).
     del source
     gc.collect()
-    yield rows
+    yield rows if sums is None else (rows, jax.device_get(totals))
 
 
 def process_local(model):

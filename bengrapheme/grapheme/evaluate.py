@@ -50,6 +50,12 @@ def decide(out, *, seen_threshold, tau, log_counts):
   return jnp.where(seen[:, None], jnp.asarray(GRAPHEME_TRIPLES)[out['grapheme_id']], components)
 
 
+def _to_competition(labels):
+  """classes.to_competition of labels [B, 3] on the device."""
+  consonant = labels[:, 2]
+  return labels.at[:, 2].set(jnp.where(consonant == classes.REPH_RA_PHALA, 2, consonant))
+
+
 def log_counts(config, workdir, needed):
   """log(1 + training count) per class of each component; zeros when not `needed` (tau 0 and
   no tuning), so a workdir without class_counts.json still evaluates."""
@@ -71,6 +77,8 @@ class Evaluator:
   SEEN_THRESHOLDS by the mean score over the categories present (the split's mix of seen and
   unseen does not decide) and that mean for the configured rule; 'tuned_settings' the
   choice the others apply.
+  Every score comes from confusion matrices counted in the eval step per rule and category
+  (metrics.confusion_on_device) and summed on the devices, across processes too.
   Details, for the report: per image in row order, `labels`, `predictions` of 'combined' and
   `category` (an index into unseen.CATEGORIES).
   """
@@ -87,49 +95,72 @@ class Evaluator:
   def run(self, model, chosen=None, tune=False):
     config = self.config
     counts = log_counts(config, self.workdir, bool(config.predict.tau or tune or chosen))
-    rows = evaluation.outputs_by_row(
-        model, lambda forward, batch: dict(outputs(forward, batch['image'], config),
-                                           labels=batch['labels']),
-        self.source, batch_size=config.eval.batch_size, keys=('image', 'labels'),
-        what=f'predicting {len(self.source):,} {self.split} images')
-    # Scored in the competition's classes, whichever the model learnt (corrected_labels).
-    labels = classes.to_competition(rows['labels'])
-    category = unseen.categories(config, labels)
-    subsets = {'all': np.ones(len(labels), bool), 'seen': category == 0,
-               'unseen': category > 0, 'unseen_rendered': category == 1,
-               'unseen_never_rendered': category == 2}
+    # The rules counted, as (tau, seen_threshold); the tuning evaluator counts its whole grid
+    # in the same pass.
+    rules = {'heads': (0.0, NEVER),
+             'combined': (config.predict.tau, config.predict.seen_threshold)}
+    if chosen:
+      rules['chosen'] = (chosen['tau'], chosen['seen_threshold'])
+    if tune:
+      # Without a whole-grapheme head the threshold changes nothing (decide): not a setting.
+      thresholds = SEEN_THRESHOLDS if config.model.get('grapheme_head') else (NEVER,)
+      grid = [(tau, t) for tau in TAUS for t in thresholds]
+      rules.update({s: s for s in grid})
+    index = {rule: i for i, rule in enumerate(rules)}
+    settings = np.array(list(rules.values()), np.float32)  # [rules, (tau, seen_threshold)]
+    # The category of every triple, looked up on the device.
+    triples = np.indices(kaggle.NUM_CLASSES).reshape(3, -1).T
+    category_of = unseen.categories(config, triples).reshape(kaggle.NUM_CLASSES)
+    # Confusion matrices per rule and category of a batch: rules x categories x 3 components.
+    count = jax.vmap(jax.vmap(metrics.confusion_on_device, (None, None, 0)), (None, 0, None))
 
-    def predictions(tau, seen_threshold):
-      return classes.to_competition(decide(rows, seen_threshold=seen_threshold, tau=tau,
-                                           log_counts=counts))
+    def predict(forward, batch):
+      out = outputs(forward, batch['image'], config)
+      # Scored in the competition's classes, whichever the model learnt (corrected_labels).
+      labels = _to_competition(batch['labels'])
+      category = jnp.asarray(category_of)[labels[:, 0], labels[:, 1], labels[:, 2]]
+      # Every rule from one vmapped decide: a loop over the 37 rules of a tuning run compiled
+      # ~1-2 s longer on 2 cores.
+      predicted = jax.vmap(lambda s: _to_competition(
+          decide(out, tau=s[0], seen_threshold=s[1], log_counts=counts)))(settings)
+      masks = (category == jnp.arange(len(unseen.CATEGORIES))[:, None]) & batch['mask']
+      rows = dict(labels=labels, predictions=predicted[index['combined']], category=category)
+      return rows, count(labels, predicted, masks)
 
-    def score(predicted, among):
-      return metrics.hierarchical_macro_recall(labels[among], predicted[among])
+    sums = [np.zeros((len(rules), len(unseen.CATEGORIES), c, c), np.int32)
+            for c in kaggle.NUM_CLASSES]
+    details, confusion = evaluation.outputs_by_row(
+        model, predict, self.source, batch_size=config.eval.batch_size,
+        keys=('image', 'labels'), what=f'predicting {len(self.source):,} {self.split} images',
+        sums=sums)
+    # A subset is a union of categories, and its matrices the sum of theirs.
+    size = confusion[0][0].sum(axis=(1, 2))  # images per category
+    subsets = {'all': [0, 1, 2], 'seen': [0], 'unseen': [1, 2], 'unseen_rendered': [1],
+               'unseen_never_rendered': [2]}
+    images = {name: int(size[among].sum()) for name, among in subsets.items()}
 
-    predicted = {'heads': predictions(0.0, NEVER),
-                 'combined': predictions(config.predict.tau, config.predict.seen_threshold)}
+    def score(rule, among):
+      return metrics.from_confusion([m[index[rule], among].sum(0) for m in confusion])
+
     extra = {}
     if tune:
-      present = [subsets[name] for name in unseen.CATEGORIES if subsets[name].any()]
+      present = [[k] for k in range(len(unseen.CATEGORIES)) if size[k]]
 
-      def balanced(p):
-        return float(np.mean([score(p, among)['score'] for among in present]))
+      def balanced(rule):
+        return float(np.mean([score(rule, among)['score'] for among in present]))
 
-      thresholds = SEEN_THRESHOLDS if 'grapheme_prob' in rows else (NEVER,)
-      grid = {(tau, t): balanced(predictions(tau, t)) for tau in TAUS for t in thresholds}
-      (tau, threshold), best = max(grid.items(), key=lambda kv: kv[1])
+      (tau, threshold), best = max(((s, balanced(s)) for s in grid), key=lambda kv: kv[1])
       extra['tuned'] = dict(tau=tau, seen_threshold=threshold, balanced_score=best,
-                            configured_balanced_score=balanced(predicted['combined']))
-      chosen = dict(tau=tau, seen_threshold=threshold)
-      extra['tuned_settings'] = dict(chosen, chosen_on=config.eval.tune_split)
-    if chosen:
-      predicted['chosen'] = predictions(chosen['tau'], chosen['seen_threshold'])
-    scores = {rule: {name: score(p, among) for name, among in subsets.items() if among.any()}
-              for rule, p in predicted.items()}
-    scores.update(extra, score=scores['combined']['all']['score'], num_images=len(labels),
-                  **{f'num_{name}': int(among.sum()) for name, among in subsets.items()
-                     if name != 'all'})
-    return scores, dict(labels=labels, predictions=predicted['combined'], category=category)
+                            configured_balanced_score=balanced('combined'))
+      index['chosen'] = index[tau, threshold]
+      extra['tuned_settings'] = dict(tau=tau, seen_threshold=threshold,
+                                     chosen_on=config.eval.tune_split)
+    scores = {rule: {name: score(rule, among) for name, among in subsets.items()
+                     if images[name]}
+              for rule in ('heads', 'combined', 'chosen') if rule in index}
+    scores.update(extra, score=scores['combined']['all']['score'], num_images=images['all'],
+                  **{f'num_{name}': n for name, n in images.items() if name != 'all'})
+    return scores, details
 
   def rule(self):
     """The configured prediction rule in words."""

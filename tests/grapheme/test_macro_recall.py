@@ -1,3 +1,4 @@
+import jax
 import numpy as np
 import pytest
 from sklearn.metrics import recall_score
@@ -55,6 +56,35 @@ def test_perfect_and_handmade():
   assert got['vowel_diacritic'] == pytest.approx(1.0)
   assert got['consonant_diacritic'] == pytest.approx(0.375)
   assert got['score'] == pytest.approx((2 * 0.375 + 1.0 + 0.375) / 4)
+
+
+@pytest.mark.parametrize('seed,n', [(5, 5), (6, 37), (7, 3000)])
+def test_device_path_matches_sklearn_with_padding_masked_out(seed, n):
+  """The jitted scatter-add counts the real rows alone and scores them as sklearn does, also
+  where few rows leave classes that only the truth or only the predictions hold."""
+  rng = np.random.default_rng(seed)
+  y_true = random_labels(rng, n)
+  y_pred = np.where(rng.random((n, 3)) < 0.7, y_true, random_labels(rng, n))
+  # Padding rows among the real ones, with labels of their own (an eval batch pads with
+  # zeros): counting any of them would change the score.
+  pad = random_labels(rng, n // 2 + 3)
+  real = rng.permutation(np.arange(n + len(pad))) < n
+  all_true, all_pred = np.zeros((len(real), 3), int), np.zeros((len(real), 3), int)
+  all_true[real], all_pred[real] = y_true, y_pred
+  all_true[~real], all_pred[~real] = pad, pad[::-1]
+  confusion = jax.jit(metrics.confusion_on_device)(all_true, all_pred, real)
+  assert [m.dtype for m in confusion] == [np.int32] * 3
+  for got, want in zip(confusion, metrics.confusion_from_labels(y_true, y_pred)):
+    np.testing.assert_array_equal(got, want)
+  assert_same(metrics.from_confusion(confusion), sklearn_scores(y_true, y_pred))
+
+
+def test_device_path_counts_classes_only_predicted():
+  rng = np.random.default_rng(8)
+  y_true = random_labels(rng, 200, [c // 2 for c in NUM_CLASSES])
+  y_pred = random_labels(rng, 200)
+  confusion = jax.jit(metrics.confusion_on_device)(y_true, y_pred, np.ones(200, bool))
+  assert_same(metrics.from_confusion(confusion), sklearn_scores(y_true, y_pred))
 
 
 @pytest.mark.parametrize('y_true,y_pred,match', [
