@@ -120,7 +120,9 @@ def numpy_evaluator(x, writer, page, block=256):
   the organisers' evaluator adds half the smallest distance gap to the relevant entries, this
   adds a quarter of a float32 step per labeling (pages nest in writers, so one sort serves
   both labelings: page matches sit behind writer-only matches, which sit behind the rest).
-  The query itself is sorted first and dropped.
+  The query itself is sorted first and dropped. Top-1 averages over every query, as
+  get_all_metrics does (a query with no relevant item is a miss); the rest over the queries
+  with one.
   """
   n = len(x)
   assert len(np.unique(np.stack([page, writer]), axis=1).T) == len(np.unique(page)), (
@@ -147,7 +149,7 @@ def numpy_evaluator(x, writer, page, block=256):
       sums[k] += [((precision[keep] * h).sum(axis=1) / nr).sum(), h[:, 0].sum(),
                   (h[:, :10].sum(axis=1) / np.minimum(10, nr)).sum(),
                   (h[:, :100].sum(axis=1) / np.minimum(100, nr)).sum(), keep.sum()]
-  return {k: dict(map=s[0] / s[4], top1=s[1] / s[4], pr10=s[2] / s[4], pr100=s[3] / s[4],
+  return {k: dict(map=s[0] / s[4], top1=s[1] / n, pr10=s[2] / s[4], pr100=s[3] / s[4],
                   num_queries=int(s[4])) for k, s in sums.items()}
 
 
