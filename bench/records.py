@@ -125,7 +125,18 @@ PROBE_COLUMNS = (('masked HOG error', 'reconstruction/loss'),
                  ('probe page mAP', 'probe/page/map'))
 # table -> (columns (header, key) or (header, record suffix, key), rows (label, record, key
 # prefix of the row's scores)).
+# bench/same_training.py: a refactor's recipes trained by the code before it and after.
+SAME_TRAINING = (('arrays in the train state', 'arrays'),
+                 ('arrays that differ', 'arrays_that_differ'),
+                 ('largest difference', 'largest_difference'))
+COUNTS = ('num_queries', 'arrays', 'arrays_that_differ')
+
 TABLES = {
+    'same-training-issue37': (SAME_TRAINING, tuple(
+        (f'`{recipe}`', 'same-training-issue37', f'{key}/') for recipe, key in (
+            ('configs/grapheme.py:test', 'grapheme'),
+            ('configs/fragments.py:test', 'fragments'),
+            ('configs/fragments.py:recipe=saghog,size=test', 'saghog')))),
     # The README's: make demo on the three families (docs/graphemes.md has the rest).
     'grapheme-summary': (tuple(ACROSS_FAMILIES[i] for i in (0, 2, 4, 5, 6, 7)), (
         ('`make demo`', 'grapheme-demo-letters', ''),
@@ -274,7 +285,7 @@ def table(name, page=None):
       if key not in scores:
         raise KeyError(f'bench/records/{record_name}.json has no score {key}')
       value = scores[key]
-      cells.append(f'{int(value):,}' if key.endswith('num_queries') else f'{value:.3f}')
+      cells.append(f'{int(value):,}' if key.endswith(COUNTS) else f'{value:.3f}')
       if record_name not in shown:
         shown.append(record_name)
     links = ', '.join(f'[{name}]({os.path.relpath(path_of(name), here)})'.replace(os.sep, '/')
