@@ -1,4 +1,5 @@
-"""Runs every benchmark; writes bench/results.json and the table in docs/benchmarks.md.
+"""Runs every benchmark; writes bench/results.json, the table in docs/benchmarks.md and the
+README's few rows (SUMMARY_ROWS).
 
   python -m bench.run                      # everything, full size (~15 minutes on 2 cores)
   python -m bench.run --quick              # reduced sizes, a smoke run (~2-3 minutes)
@@ -56,7 +57,13 @@ ON_REQUEST = ('real_sizes',)
 RESULTS = os.path.join(common.ROOT, 'bench', 'results.json')
 # The page that holds the table, between BEGIN and END.
 PAGE = os.path.join(common.ROOT, 'docs', 'benchmarks.md')
+README = os.path.join(common.ROOT, 'README.md')
 BEGIN, END = '<!-- bench:begin -->', '<!-- bench:end -->'
+# The README's few rows (by the start of their names), between SUMMARY_BEGIN and SUMMARY_END.
+SUMMARY_ROWS = ('grapheme uint8 batches via grain', 'train step, grapheme_demo (JAX',
+                'train step, efficientnet_b0_128 (JAX', 'jit compile, efficientnet_b0_128',
+                'hierarchical macro recall', 'search: one query against 350,000')
+SUMMARY_BEGIN, SUMMARY_END = '<!-- bench-summary:begin -->', '<!-- bench-summary:end -->'
 MODULE_TIMEOUT = 30 * 60  # a hung module must not hang the run
 ON_REQUEST_TIMEOUT = 150 * 60
 
@@ -182,20 +189,42 @@ def table(results):
   return '\n'.join(lines)
 
 
+def summary(results):
+  """The README's table: the rows of SUMMARY_ROWS, each named once, without the notes."""
+  lines = ['| benchmark | result | against, in the same run | ratio | target | |',
+           '|---|---|---|---|---|---|']
+  for start in SUMMARY_ROWS:
+    rows = [r for r in results['results'] if r['name'].startswith(start)]
+    if not rows:
+      raise KeyError(f'bench/results.json has no row whose name starts {start!r} '
+                     '(bench/run.py SUMMARY_ROWS)')
+    for row in rows:
+      reference = row['reference'] or ''
+      if row['reference_value'] is not None:
+        reference += f': {_number(row["reference_value"])} {row["unit"]}'
+      ratio = '' if row['ratio'] is None else f'{_number(row["ratio"])}x'
+      verdict = {True: 'pass', False: '**miss**', None: ''}[row['passed']]
+      cells = [row['name'], f'{_number(row["value"])} {row["unit"]}', reference, ratio,
+               row['target'] or '', verdict]
+      lines.append('| ' + ' | '.join(c.replace('|', '\\|') for c in cells) + ' |')
+  return '\n'.join(lines)
+
+
 def measured(row):
   m = row['machine']
   return (f'{row["date"][:10]}, {row["commit"][:7]}{"-dirty" * row["commit"].endswith("-dirty")}'
           f', {m["cpu_count"]} cores {m["cpu"]}, jax {m["jax"]} {m["jax_backend"].split(",")[0]}')
 
 
-def write_table(path, text):
-  """Puts `text` between BEGIN and END in the markdown file `path`."""
+def write_table(path, text, markers=(BEGIN, END)):
+  """Puts `text` between the two markers in the markdown file `path`."""
   with open(path) as f:
     page = f.read()
-  begin, end = page.find(BEGIN), page.find(END)
+  start, stop = markers
+  begin, end = page.find(start), page.find(stop)
   if begin < 0 or end < begin:
-    raise ValueError(f'{path}: no {BEGIN} ... {END} section to write the table into')
-  page = page[:begin + len(BEGIN)] + '\n' + text + '\n' + page[end:]
+    raise ValueError(f'{path}: no {start} ... {stop} section to write the table into')
+  page = page[:begin + len(start)] + '\n' + text + '\n' + page[end:]
   files.write_atomic(path, page)
 
 
@@ -251,6 +280,7 @@ def main():
   files.write_atomic(args.results, json.dumps(results, indent=1) + '\n')
   if args.page:
     write_table(args.page, table(results))
+    write_table(README, summary(results), (SUMMARY_BEGIN, SUMMARY_END))
   print(f'wrote {args.results}' + (f' and {args.page}' if args.page else ''),
         file=sys.stderr)
   failed = [n for n in names if results['modules'][n]['error']]

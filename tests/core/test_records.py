@@ -98,3 +98,15 @@ def test_every_benchmark_row_names_its_machine_date_and_commit():
     assert re.fullmatch(r'[0-9a-f]{40}(-dirty)?', row['commit']), row['name']
     assert row['date'][:4] == '2026', row['name']
     assert {'cpu', 'cpu_count', 'jax', 'jax_backend'} <= set(row['machine']), row['name']
+
+
+def test_the_benchmark_tables_hold_what_results_json_says():
+  """docs/benchmarks.md's table and the README's few rows are redrawn from results.json."""
+  with open(run.RESULTS) as f:
+    results = json.load(f)
+  for path, text, (begin, end) in ((run.PAGE, run.table(results), (run.BEGIN, run.END)),
+                                   (run.README, run.summary(results),
+                                    (run.SUMMARY_BEGIN, run.SUMMARY_END))):
+    with open(path) as f:
+      page = f.read()
+    assert page[page.index(begin) + len(begin):page.index(end)] == f'\n{text}\n', path
