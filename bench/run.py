@@ -174,14 +174,7 @@ def table(results):
   lines += ['', '| benchmark | result | reference | ratio | target | | notes | measured |',
             '|---|---|---|---|---|---|---|---|']
   for row in results['results']:
-    reference = row['reference'] or ''
-    if row['reference_value'] is not None:
-      reference += f': {_number(row["reference_value"])} {row["unit"]}'
-    ratio = '' if row['ratio'] is None else f'{_number(row["ratio"])}x'
-    verdict = {True: 'pass', False: '**miss**', None: ''}[row['passed']]
-    cells = [row['name'], f'{_number(row["value"])} {row["unit"]}', reference, ratio,
-             row['target'] or '', verdict, row.get('note', ''), measured(row)]
-    lines.append('| ' + ' | '.join(c.replace('|', '\\|') for c in cells) + ' |')
+    lines.append(table_row(row, row.get('note', ''), measured(row)))
   for name, entry in results['modules'].items():
     if entry.get('error'):
       lines.append('')
@@ -198,16 +191,20 @@ def summary(results):
     if not rows:
       raise KeyError(f'bench/results.json has no row whose name starts {start!r} '
                      '(bench/run.py SUMMARY_ROWS)')
-    for row in rows:
-      reference = row['reference'] or ''
-      if row['reference_value'] is not None:
-        reference += f': {_number(row["reference_value"])} {row["unit"]}'
-      ratio = '' if row['ratio'] is None else f'{_number(row["ratio"])}x'
-      verdict = {True: 'pass', False: '**miss**', None: ''}[row['passed']]
-      cells = [row['name'], f'{_number(row["value"])} {row["unit"]}', reference, ratio,
-               row['target'] or '', verdict]
-      lines.append('| ' + ' | '.join(c.replace('|', '\\|') for c in cells) + ' |')
+    lines += [table_row(row) for row in rows]
   return '\n'.join(lines)
+
+
+def table_row(row, *extra):
+  """A row's markdown line: name, result, reference, ratio, target, verdict, then `extra`."""
+  reference = row['reference'] or ''
+  if row['reference_value'] is not None:
+    reference += f': {_number(row["reference_value"])} {row["unit"]}'
+  ratio = '' if row['ratio'] is None else f'{_number(row["ratio"])}x'
+  verdict = {True: 'pass', False: '**miss**', None: ''}[row['passed']]
+  cells = [row['name'], f'{_number(row["value"])} {row["unit"]}', reference, ratio,
+           row['target'] or '', verdict, *extra]
+  return '| ' + ' | '.join(c.replace('|', '\\|') for c in cells) + ' |'
 
 
 def measured(row):
