@@ -152,8 +152,8 @@ def test_full_recipes_compile_and_run_at_their_size():
   assert pretraining['params'] == trunk + 512 + (512 * 9 + 9)
   # 64 tokens x 8 blocks x 12 x 512^2 MACs: 3.3 GFLOP a forward pass, ~3 of them a step.
   assert 8.0 < pretraining['gflops'] < 13.0
-  finetune = dry_run('configs/fragments.py:recipe=saghog,size=hisfrag20', '--config.train.batch_size=4',
-                     '--config.train.writers_per_batch=2')
+  finetune = dry_run('configs/fragments.py:recipe=saghog,size=hisfrag20',
+                     '--config.train.batch_size=4', '--config.train.writers_per_batch=2')
   assert 'model.init_from (workdirs/maskfeat-hisfrag20' in finetune['out']
   assert finetune['params'] == trunk + (512 * 100 + 100) + 100 * 512 + (51200 * 512 + 512)
   assert 8.0 < finetune['gflops'] < 13.0
