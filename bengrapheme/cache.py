@@ -55,9 +55,18 @@ def build_once(cache_dir, name, source_files, params, build, *, origin):
 def key_of(name, source_files, params):
   """16 hex digits naming what is computed from `source_files` (their names, sizes and
   mtimes) with `params`: also the key of results kept outside a cache dir."""
-  stats = [(os.path.basename(p), os.stat(p).st_size, os.stat(p).st_mtime_ns)
-           for p in map(str, source_files)]
+  stats = [(os.path.basename(p), *_size_and_mtime(p)) for p in map(str, source_files)]
   return hashlib.sha256(json.dumps([name, params, stats]).encode()).hexdigest()[:16]
+
+
+def _size_and_mtime(path):
+  """-1s for a file gone since it was listed: its reader then names it (a collection skips
+  it, counted, as any unreadable image)."""
+  try:
+    stat = os.stat(path)
+  except FileNotFoundError:
+    return -1, -1
+  return stat.st_size, stat.st_mtime_ns
 
 
 def is_complete(entry):

@@ -155,6 +155,12 @@ def init_state(config, task, mesh, pretrained=True, abstract=False):
     source = config.model.init_from
     if os.path.isdir(source) or (files.is_bucket(source) and not os.path.splitext(source)[1]):
       loaded = checkpoint.backbone_state(source, shaped.backbone)
+    elif not os.path.splitext(source)[1] and not os.path.exists(source):
+      raise pytorch_weights.MissingWeights(
+          f'model.init_from={source!r}: no such workdir. It names the run to start from (for '
+          "SAGHOG's fine-tune, MaskFeat's pre-training: python -m launch.train --config "
+          f'configs/maskfeat.py:demo --data DATA --workdir {source}; `make demo-saghog` runs '
+          "both), or a weight file; '' trains from scratch")
     else:
       loaded = pytorch_weights.backbone_state(shaped.backbone, source)
 

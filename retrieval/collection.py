@@ -23,11 +23,12 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 from scipy import ndimage
 
+from bengrapheme import console
 from retrieval import reader
 
 EXTENSIONS = ('.jpg', '.jpeg', '.png', '.tif', '.tiff')
 WHITE_LEVEL = 245  # JPEG leaves white paper surrounds at 250-255, rarely below 245
-_ERRORS = (OSError, SyntaxError, ValueError, UnidentifiedImageError, Image.DecompressionBombError)
+ERRORS = (OSError, SyntaxError, ValueError, UnidentifiedImageError, Image.DecompressionBombError)
 
 
 class Unreadable(reader.DataError):
@@ -39,26 +40,59 @@ class Listing:
   root: str
   paths: list  # relative to root, '/'-separated, sorted: the images
   others: list  # relative paths of files that are not images by their extension
+  hidden: list = dataclasses.field(default_factory=list)  # names starting '.', left out
+  # Linked folders already listed through another path (a link cycle, or two links to one
+  # folder): each folder's images are listed once.
+  repeated: list = dataclasses.field(default_factory=list)
 
 
 def list_images(root):
-  """Every image under `root` (nested folders followed, hidden ones skipped), sorted."""
+  """Every image under `root` (nested folders and links followed, each real folder once;
+  hidden files and folders left out and counted), sorted."""
   if not os.path.isdir(root):
     problem = 'is a file' if os.path.exists(root) else 'no such folder'
     raise reader.DataError(f'{root}: {problem}; expected a folder of fragment images '
                            f'({", ".join(EXTENSIONS)}), nested folders allowed')
-  paths, others = [], []
+  paths, others, hidden, repeated = [], [], [], []
+  inside = os.path.realpath(root) + os.sep
+  seen = {os.path.realpath(root)}
   for folder, dirs, names in os.walk(root, followlinks=True):
-    dirs[:] = sorted(d for d in dirs if not d.startswith('.'))
+    relative = lambda name: os.path.relpath(os.path.join(folder, name), root).replace(os.sep,
+                                                                                      '/')
+    kept = []
+    for d in sorted(dirs):
+      real = os.path.realpath(os.path.join(folder, d))
+      if d.startswith('.'):
+        hidden.append(relative(d))
+      # A link to a folder inside the root: listed under its own path instead.
+      elif real in seen or (os.path.islink(os.path.join(folder, d)) and
+                            (real + os.sep).startswith(inside)):
+        repeated.append(relative(d))
+      else:
+        kept.append(d)
+        seen.add(real)
+    dirs[:] = kept
     for name in names:
       if name.startswith('.'):
-        continue
-      relative = os.path.relpath(os.path.join(folder, name), root).replace(os.sep, '/')
-      (paths if name.lower().endswith(EXTENSIONS) else others).append(relative)
+        hidden.append(relative(name))
+      else:
+        (paths if name.lower().endswith(EXTENSIONS) else others).append(relative(name))
   if not paths:
     raise reader.DataError(f'{root}: no images ({", ".join(EXTENSIONS)}) in it or its '
                            'subfolders')
-  return Listing(root, sorted(paths), sorted(others))
+  return Listing(root, sorted(paths), sorted(others), sorted(hidden), sorted(repeated))
+
+
+def say_left_out(listing):
+  """Names what the listing left out, one line a kind, with an example of each."""
+  for found, why in ((listing.others, 'are not images by their extension '
+                      f'({", ".join(EXTENSIONS)})'),
+                     (listing.hidden, 'are hidden (their names start with a dot)'),
+                     (listing.repeated, 'are links to folders listed already (each folder '
+                      'is listed once; a link cycle ends there)')):
+    if found:
+      console.say(f'{len(found):,} files or folders under {listing.root} {why} and are left '
+                  f'out, e.g. {found[0]}')
 
 
 def open_rgba(path):
@@ -93,11 +127,16 @@ def outside_mask(rgba):
 def read_fragment(path):
   """RGB uint8 [H, W, 3] of one image, outside black and inside above BLACK_THRESHOLD;
   Unreadable (naming the file and why) for an empty, unreadable or all-outside image."""
-  if os.path.getsize(path) == 0:
+  try:
+    size = os.path.getsize(path)
+  except FileNotFoundError:
+    raise Unreadable(f'{path}: no such file (a link to nothing, or removed since the folder '
+                     'was listed)') from None
+  if size == 0:
     raise Unreadable(f'{path}: empty file (0 bytes)')
   try:
     rgba = open_rgba(path)
-  except _ERRORS as e:
+  except ERRORS as e:
     raise Unreadable(f'{path}: unreadable image ({e})') from e
   outside = outside_mask(rgba)
   if outside.all():
@@ -117,7 +156,7 @@ class CollectionSource(reader.FragmentSource):
     fragments = [reader.Fragment(os.path.join(root, p), i, i, 0)
                  for i, p in enumerate(listing.paths)]
     super().__init__(root, size, color, fragments)
-    self.others = listing.others
+    say_left_out(listing)
 
   def read_rgb(self, index):
     return read_fragment(self.fragments[index].path)

@@ -250,9 +250,16 @@ def embed(config, model, settings, lbp_pca, jobs, on_chunk, progress=None, known
 
 
 def _stat(root, paths):
-  stats = [os.stat(os.path.join(root, p)) for p in paths]
-  return (np.array([s.st_size for s in stats], np.int64),
-          np.array([s.st_mtime_ns for s in stats], np.int64))
+  """(sizes, mtimes) of the images; -1 for one gone since the listing (or a link to nothing),
+  which is then embedded afresh and, unreadable, skipped and counted as any other."""
+  sizes, mtimes = np.full(len(paths), -1, np.int64), np.full(len(paths), -1, np.int64)
+  for i, p in enumerate(paths):
+    try:
+      stat = os.stat(os.path.join(root, p))
+    except FileNotFoundError:
+      continue
+    sizes[i], mtimes[i] = stat.st_size, stat.st_mtime_ns
+  return sizes, mtimes
 
 
 def _reset_partial(folder, stamp):
@@ -295,10 +302,7 @@ def build(config, model, workdir, listing, folder):
   share) process 0 fits the SRS-LBP PCA, each process embeds its slice of the images still
   to embed into folder/partial, and process 0 merges them into index.npz."""
   root = listing.root
-  if listing.others:
-    console.say(f'{len(listing.others):,} files under {root} are not images by their '
-                f'extension ({", ".join(collection.EXTENSIONS)}) and are left out, e.g. '
-                f'{listing.others[0]}')
+  collection.say_left_out(listing)
   settings, chosen_on = chosen_settings(config, workdir, model.step)
   console.say(f'Settings chosen on {chosen_on}: ' +
               ', '.join(f'{k} {v}' for k, v in settings.items()))

@@ -212,7 +212,16 @@ def _pairs_block(items, columns, first, start, best):
 
 
 def load_display(path):
-  return Image.fromarray(collection.open_rgba(path))
+  """The image as drawn on the page; a file moved, removed or damaged since it was indexed
+  is named with what to do."""
+  try:
+    return Image.fromarray(collection.open_rgba(path))
+  except FileNotFoundError:
+    why = 'no such file (moved or removed since it was indexed)'
+  except collection.ERRORS as e:
+    why = f'unreadable image ({e}; changed since it was indexed?)'
+  raise errors.UserError(f'{path}: {why}; rerun python -m launch.index on its folder to bring '
+                         'the index up to date')
 
 
 def _figure(image, scale, colour, caption):

@@ -5,7 +5,7 @@ labels are read, so a HisFrag20 folder, a TFDS build or a scholar's own collecti
 import jax
 import numpy as np
 
-from bengrapheme import input as input_lib
+from bengrapheme import errors, input as input_lib
 from retrieval import collection, data
 
 
@@ -14,8 +14,9 @@ class RandomBatches:
 
   def __init__(self, count, batch_size, seed):
     if count < batch_size:
-      raise ValueError(f'the training split has {count} patches; train.batch_size='
-                       f'{batch_size} needs at least as many')
+      raise errors.UserError(f'train.batch_size={batch_size}: the training images hold only '
+                             f'{count:,} patches, and a batch takes distinct ones; lower it '
+                             f'(--config.train.batch_size={count}) or add images')
     self.count, self.batch_size, self.seed = count, batch_size, seed
 
   def __len__(self):

@@ -244,9 +244,9 @@ def error_lines(stderr):
                    if re.match(r'[\w.]*(Error|Exception)\b', line))
 
 
-def train_cli(*args, workdir='run', prefix=()):
+def train_cli(*args, workdir='run', prefix=(), config=GRAPHEME_CONFIG):
   def call(data, work):
-    result = run_module('launch.train', f'--config={GRAPHEME_CONFIG}', '--data', data,
+    result = run_module('launch.train', f'--config={config}', '--data', data,
                         '--workdir', work / workdir, *args, check=False, prefix=prefix)
     if result.returncode:
       raise CLIError(error_lines(result.stderr))
@@ -264,6 +264,13 @@ def files_in_work_but(*allowed):
   def left(data, work):
     return [p for p in files_in_work(data, work) if os.path.relpath(p, work) not in allowed]
   return left
+
+
+def files_in_work_but_prepared(data, work):
+  """Any file but the prepared data (complete, reused by the next run) and the workdir's
+  lock file (released)."""
+  return [p for p in files_in_work(data, work) if os.path.relpath(p, work) != 'run/lock' and
+          not os.path.relpath(p, work).startswith(os.path.join('run', 'prepared', ''))]
 
 
 def checkpoint_and_config_kept(data, work):
@@ -415,6 +422,18 @@ CASES = [
          DISTANCES_CSV + r"line 2 is named '10_19_2\.jpg' but column 1 of the header is "
          r"'10_19_1\.jpg'"),
 
+    # MaskFeat pre-training on a collection too small for its batch of distinct patches.
+    Case('maskfeat-batch-larger-than-the-patches', 'fragments', no_damage,
+         train_cli('--config.train.batch_size=100000', config='configs/maskfeat.py:test'),
+         CLIError, r'train\.batch_size=100000: the training images hold only [\d,]+ patches, '
+         r'and a batch takes distinct ones; lower it', left=files_in_work_but_prepared),
+    # SAGHOG's fine-tune before its pre-training: the command that makes the workdir.
+    Case('saghog-before-its-pretraining', 'fragments', no_damage,
+         train_cli('--config.model.init_from=workdirs/maskfeat-absent',
+                   config='configs/fragments.py:recipe=saghog,size=test'),
+         CLIError, r"model\.init_from='workdirs/maskfeat-absent': no such workdir\..*"
+         r'python -m launch\.train --config configs/maskfeat\.py:demo',
+         left=files_in_work_but_prepared),
     # Flags and workdirs, through the CLI.
     Case('config-key-mistyped', 'grapheme', no_damage, train_cli('--config.train.stepz=3'),
          CLIError, r"--config\.train\.stepz: config\.train has no field 'stepz' \(did you mean "

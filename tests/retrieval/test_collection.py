@@ -57,11 +57,13 @@ def test_a_photo_without_surround_is_all_fragment_and_16_bit_grey_is_scaled(tmp_
 
 
 @pytest.mark.parametrize('content, why', [(b'', 'empty file'), (b'not an image', 'unreadable'),
-                                          (None, 'nothing inside')])
+                                          (None, 'nothing inside'), ('link', 'no such file')])
 def test_unusable_images_are_named(tmp_path, content, why):
   path = tmp_path / 'bad.png'
   if content is None:
     Image.fromarray(np.zeros((8, 8, 4), np.uint8), 'RGBA').save(path)  # all transparent
+  elif content == 'link':
+    path.symlink_to(tmp_path / 'moved-away.png')  # a link to nothing
   else:
     path.write_bytes(content)
   with pytest.raises(collection.Unreadable, match=why) as error:
@@ -73,9 +75,18 @@ def test_listing_follows_nested_folders_and_names_what_it_leaves_out(tmp_path):
   for name in ['b/c/x.TIF', 'b/y.jpeg', 'a.png', '.hidden/z.png', 'notes.txt', '.DS_Store']:
     os.makedirs(tmp_path / os.path.dirname(name), exist_ok=True)
     (tmp_path / name).write_bytes(b'')
+  (tmp_path / 'b' / 'c' / 'up').symlink_to(tmp_path / 'b')  # a cycle: b/c/up -> b
+  (tmp_path / 'again').symlink_to(tmp_path / 'b' / 'c')  # a second way into b/c
+  outside = tmp_path.parent / f'{tmp_path.name}-elsewhere'
+  (outside / 'loop').mkdir(parents=True)
+  (outside / 'w.png').write_bytes(b'')
+  (outside / 'loop' / 'back').symlink_to(outside)  # a cycle outside the root
+  (tmp_path / 'linked').symlink_to(outside)  # a folder elsewhere, linked in: followed
   listing = collection.list_images(str(tmp_path))
-  assert listing.paths == ['a.png', 'b/c/x.TIF', 'b/y.jpeg']
+  assert listing.paths == ['a.png', 'b/c/x.TIF', 'b/y.jpeg', 'linked/w.png']
   assert listing.others == ['notes.txt']
+  assert listing.hidden == ['.DS_Store', '.hidden']
+  assert listing.repeated == ['again', 'b/c/up', 'linked/loop/back']
   (tmp_path / 'empty').mkdir()
   with pytest.raises(reader.DataError, match='no images'):
     collection.list_images(str(tmp_path / 'empty'))

@@ -39,13 +39,14 @@ def scholar(fragment_data, tmp_path_factory):
     else:
       shutil.copy(source, target / f'item {k}.JPG')
   (folder / 'box1' / 'broken.jpg').write_bytes(b'\xff\xd8 not really a JPEG')
+  (folder / 'box2' / 'gone.jpg').symlink_to(root / 'moved-away.jpg')  # a link to nothing
   (folder / 'notes.txt').write_text('shelf marks')
   return folder, later
 
 
 def images_in(folder):
   return sorted(os.path.relpath(os.path.join(d, n), folder) for d, _, names in os.walk(folder)
-                for n in names if not n.endswith(('.txt', 'broken.jpg')))
+                for n in names if not n.endswith(('.txt', 'broken.jpg', 'gone.jpg')))
 
 
 @pytest.fixture(scope='module')
@@ -66,7 +67,8 @@ def test_every_image_is_indexed_and_the_unreadable_one_named(indexed):
   out = indexed['first'].stdout + indexed['first'].stderr
   assert sorted(index.entries.paths.tolist()) == indexed['listed']
   assert re.search(r'Skipping \S*broken\.jpg: unreadable image', out)
-  assert '1 unreadable' in out and 'notes.txt' in out
+  assert re.search(r'Skipping \S*gone\.jpg: no such file', out)
+  assert '2 unreadable' in out and 'notes.txt' in out
   assert index.header['chosen_on'].startswith('val')  # the val split's choice, not test's
   assert np.isfinite(index.entries.descriptors).all()
 
@@ -83,7 +85,7 @@ def test_a_rerun_embeds_only_the_added_images(indexed):
 
 def test_a_removed_image_leaves_the_index_and_another_setting_rebuilds_it(indexed, tmp_path):
   folder = tmp_path / 'fewer'
-  shutil.copytree(indexed['folder'], folder)
+  shutil.copytree(indexed['folder'], folder, symlinks=True)
   workdir = tmp_path / 'workdir'
   shutil.copytree(indexed['workdir'], workdir, ignore=shutil.ignore_patterns('index'))
   run_module('launch.index', CONFIG, '--workdir', workdir, '--collection', folder)
@@ -155,7 +157,8 @@ def test_training_without_labels_on_the_collection_then_indexing_it(scholar, tmp
   overrides = ['--config=configs/fragments.py:size=test,data=collection',
                '--config.train.surrogate_classes=8']
   trained = run_module('launch.train', *overrides, '--data', folder, '--workdir', workdir)
-  assert re.search(r'Skipping \S*broken\.jpg: unreadable image', trained.stdout + trained.stderr)
+  for name, why in (('broken', 'unreadable image'), ('gone', 'no such file')):
+    assert re.search(fr'Skipping \S*{name}\.jpg: {why}', trained.stdout + trained.stderr)
   run_module('launch.index', *overrides, '--workdir', workdir, '--collection', folder)
   index = load(workdir)
   assert index.header['chosen_on'].startswith('the config')

@@ -165,3 +165,18 @@ def test_sgr_on_the_device_is_the_host_sgr():
     got = aggregate.sgr(x, k=k, gamma=0.2)
     np.testing.assert_allclose(got, reference_search.sgr(x, k=k, gamma=0.2), atol=2e-5)
     assert (got == got.T).all() and (np.diag(got) == 0).all()
+
+
+@pytest.mark.parametrize('damage, why', [('remove', 'no such file'),
+                                         ('garble', 'unreadable image')])
+def test_a_match_changed_since_indexing_is_named_with_what_to_do(tmp_path, damage, why):
+  from PIL import Image
+  from bengrapheme import errors
+  shown = tmp_path / 'shown.png'
+  Image.fromarray(np.full((20, 30, 3), 200, np.uint8)).save(shown)
+  changed = tmp_path / 'changed.png'
+  if damage == 'garble':
+    changed.write_bytes(b'\x89PNG not any more')
+  with pytest.raises(errors.UserError, match=f'{changed}: {why}.*rerun python -m launch.index'):
+    search.page('t', 'intro', [('query', [(str(shown), 'q', 'red'),
+                                          (str(changed), 'm', 'grey')])])
