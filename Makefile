@@ -79,7 +79,7 @@ demo-saghog: setup $(FRAG_DATA)/test
 	$(PY) -m launch.evaluate --config configs/fragments.py:recipe=saghog --data $(FRAG_DATA) --workdir workdirs/saghog-demo
 
 test: setup-test
-	$(PY) -m pytest -q -m "slow or not slow" --durations=15
+	$(PY) -m pytest -q -m "slow or not slow" --durations=15 -rs
 
 # The project and its runtime dependencies as wheels, for an offline install (a Kaggle
 # notebook; docs/kaggle-notebook.md). For another Python / platform than this one's, e.g. Kaggle's:
