@@ -9,11 +9,16 @@ Every figure is against a reference timed in turns with it, fastest of `repeats`
   reading the same files the Kaggle-notebook way (pandas.read_parquet + to_numpy: decoding
   alone, nothing checked or written). No target: it runs once per dataset.
 - grapheme batches: the trainer's own pipeline (`bengrapheme.input.train_dataset`: grain,
-  shuffled, batched, threads as in configs/grapheme.py:kaggle) over the prepared split, uint8
-  137x236 batches, against the way public notebooks read this data: pandas.read_parquet of
-  the four files, reshape, then shuffled batches from memory, one pass over the images with
-  the load included. How fast those batches come once everything is loaded is in the note:
-  a notebook pays the load once per run, this pipeline never (and never holds the 6.5 GB).
+  shuffled, batched, threads, batch and rendered fraction as in configs/grapheme.py:kaggle)
+  over the prepared split as the trainer opens it (the corrected labels over it, a sorted
+  subset for train) with rendered images mixed in, uint8 137x236 batches:
+  - against the same stream read record by record, as input.py read it before issue 38
+    (bench/reference_input.py); the two give the same batches, checked over two epochs of
+    real images before the timing;
+  - against the way public notebooks read this data: pandas.read_parquet of the four files,
+    reshape, then shuffled batches from memory, one pass over the images with the load
+    included. How fast those batches come once everything is loaded is in the note: a
+    notebook pays the load once per run, this pipeline never (and never holds the 6.5 GB).
 - fragment reader: `retrieval.reader.FragmentSource` (JPEG decode, fit into the
   configs/fragments.py:hisfrag20 square, validity checks) through the same grain pipeline,
   against a plain single-threaded PIL loop doing the decode and fit alone.
@@ -27,6 +32,7 @@ Data is synthetic: Kaggle-layout images from bench.common (paper noise and strok
 fragments cut by retrieval.synth from a few synthetic pages, copied under new names up to
 the count needed (the same JPEG bytes decode at the same cost).
 """
+import math
 import os
 import pathlib
 import random
@@ -38,11 +44,10 @@ import grain
 import numpy as np
 from PIL import Image
 
-from bench import common
-from bengrapheme import input as input_lib
-from bengrapheme.grapheme import kaggle, prepare
+from bench import common, reference_input
+from bengrapheme import files, input as input_lib
+from bengrapheme.grapheme import classes, data, kaggle, prepare
 
-BATCH = 256  # configs/grapheme.py:kaggle train.batch_size
 # Small, so that the batches in flight (one per grain thread) are few next to an epoch.
 FRAGMENT_BATCH = 8
 
@@ -51,56 +56,108 @@ def _megabytes(n):
   return n * kaggle.NUM_PIXELS / 1e6
 
 
-def _stream(source, batch, num_threads):
-  """Times an epoch's worth of batches of the trainer's shuffled stream once it runs.
+def _stream(dataset, count, num_threads):
+  """Times `count` batches of a shuffled training stream once it runs.
 
   Each grain thread builds a whole batch, so the first batch comes only after num_threads
   batches' work; a training run reads for hours, so the rate that counts is the one after
   that start: num_threads batches are read untimed first.
   """
-  it = iter(input_lib.train_dataset(source, batch_size=batch, seed=0, process_index=0,
-                                    process_count=1, num_threads=num_threads))
+  it = iter(dataset)
   try:
     for _ in range(num_threads):
       next(it)
     start = time.perf_counter()
-    count = sum(len(next(it)['index']) for _ in range(len(source) // batch))
-    return common.Timed(time.perf_counter() - start, count)
+    images = sum(len(next(it)['index']) for _ in range(count))
+    return common.Timed(time.perf_counter() - start, images)
   finally:
     it.close()  # cancels the read-ahead not yet started; what runs is let finish untimed
     common.settle()
 
 
+def _rendered_stand_in(folder, n):
+  """n images in the prepared layout, as grapheme/rendered.py writes its drawn ones."""
+  folder.mkdir()
+  images = files.open_memmap(folder / 'images.npy', np.uint8, (n, kaggle.HEIGHT, kaggle.WIDTH))
+  images[:] = common.synthetic_images(n, seed=1)
+  images.flush()
+  del images
+  rows = [classes.GRAPHEMES[i % len(classes.GRAPHEMES)] for i in range(n)]
+  prepare.write_index(folder, 'rendered', [f'Rendered_{i}' for i in range(n)],
+                      [row[3] for row in rows], [row[:3] for row in rows])
+  return prepare.GraphemeSource(folder)
+
+
+def _train_split(prepared, val_fraction):
+  """The train split as grapheme/data.py opens it: a few corrected labels over the prepared
+  split, a sorted subset of it."""
+  full = prepare.GraphemeSource(prepared)
+  rng = np.random.default_rng(0)
+  corrections = {int(row): [1, 2, 7] for row in rng.choice(len(full), len(full) // 100)}
+  keep = np.sort(rng.permutation(len(full))[round(len(full) * val_fraction):])
+  return input_lib.Subset(data.Relabelled(full, corrections), keep)
+
+
+def _assert_same_batches(reference, batched, count):
+  """The two pipelines' first `count` batches: the same arrays in the same order."""
+  a, b = iter(reference), iter(batched)
+  try:
+    for i in range(count):
+      x, y = next(a), next(b)
+      assert list(x) == list(y), (i, list(x), list(y))
+      for key in x:
+        assert x[key].dtype == y[key].dtype and np.array_equal(x[key], y[key]), (i, key)
+  finally:
+    a.close()
+    b.close()
+    common.settle()
+
+
 def grapheme_benchmarks(workdir, n, repeats):
   from configs import grapheme as grapheme_config
-  num_threads = grapheme_config.get_config('kaggle').input.num_threads
+  config = grapheme_config.get_config('kaggle')
+  num_threads, batch = config.input.num_threads, config.train.batch_size
+  fraction = config.render.fraction
   data_dir = workdir / 'kaggle'
   data_dir.mkdir()
   common.write_data_dir(data_dir, n, seed=0, shards=kaggle.NUM_SHARDS)
   megabytes = _megabytes(n)
+  rendered = _rendered_stand_in(workdir / 'rendered', n // 4)
+
+  def stream(pipeline):
+    return pipeline(real, batch_size=batch, seed=0, process_index=0, process_count=1,
+                    num_threads=num_threads, mixed_in=rendered, mixed_fraction=fraction)
 
   # In turns: the notebook way (load, then batches, timed apart), a conversion into a fresh
-  # cache dir, an epoch of the trainer's pipeline over the first conversion.
-  times = dict(load=[], batches=[], prepare=[], grain=[])
-  prepared = source = None
+  # cache dir, 2n images' worth of batches of the trainer's pipeline over the first
+  # conversion, read record by record (the reference) and a batch at a time.
+  times = dict(load=[], batches=[], prepare=[], reference=[], grain=[])
+  real = None
+  count = 2 * n // batch  # batches timed
   for r in range(repeats):
     start = time.perf_counter()
     images = common.pandas_load_split(data_dir)
     loaded = time.perf_counter()
-    count = sum(len(b) for b in common.pandas_batches(images, BATCH))
+    images_read = sum(len(b) for b in common.pandas_batches(images, batch))
     times['load'].append(loaded - start)
     times['batches'].append(time.perf_counter() - loaded)
-    assert count == n
+    assert images_read == n
     del images
     start = time.perf_counter()
     path = prepare.prepare(data_dir, 'train', workdir / f'prepared-{r}')
     times['prepare'].append(time.perf_counter() - start)
-    if prepared is None:
-      prepared, source = path, prepare.GraphemeSource(path)
+    if real is None:
+      real = _train_split(path, config.data.val_fraction)
+      # Two epochs of the real images, rendered ones mixed in: the same batches both ways.
+      _assert_same_batches(stream(reference_input.train_dataset),
+                           stream(input_lib.train_dataset),
+                           2 * math.ceil(len(real) / (batch * (1 - fraction))))
     else:
       shutil.rmtree(path.parent)
-    seconds, count = _stream(source, BATCH, num_threads)
-    times['grain'].append(seconds / count)
+    for name, pipeline in [('reference', reference_input.train_dataset),
+                           ('grain', input_lib.train_dataset)]:
+      seconds, images_read = _stream(stream(pipeline), count, num_threads)
+      times[name].append(seconds / images_read)
 
   reference, ours = megabytes / min(times['load']), megabytes / min(times['prepare'])
   rows = [common.record(
@@ -109,6 +166,8 @@ def grapheme_benchmarks(workdir, n, repeats):
       repeats=repeats,
       note=f'{n:,} images of 137x236 in 4 wide parquet files, as Kaggle ships them (50,210 '
            'a file there); validation, decode, transpose, write + fsync')]
+  setting = (f'batch {batch}, {fraction:.0%} rendered, {num_threads} grain threads, '
+             f'{os.cpu_count()} cores')
   # The notebook's pass: load + batches of the same repeat; its fastest repeat counts.
   reference = n / min(l + b for l, b in zip(times['load'], times['batches']))
   ours = 1 / min(times['grain'])
@@ -118,10 +177,17 @@ def grapheme_benchmarks(workdir, n, repeats):
       'pandas.read_parquet + reshape, shuffled batches', reference, ratio=ratio,
       target='>= 5x and >= 10,000 images/s', passed=ratio >= 5 and ours >= 10_000,
       repeats=repeats,
-      note=f'{n:,} images, batch {BATCH}, {num_threads} grain threads, '
-           f'{os.cpu_count()} cores; the notebook way makes '
+      note=f'{n:,} images, {setting}; the notebook way makes '
            f'{n / min(times["batches"]):,.0f} images/s once the files are loaded (pandas '
            'holds pixels column-major, so every image is a strided gather)'))
+  reference = 1 / min(times['reference'])
+  ratio = ours / reference
+  rows.append(common.record(
+      'grapheme training batches read a batch at a time (sorted reads of the memory maps)',
+      ours, 'images/s', 'the same stream read record by record (bench/reference_input.py)',
+      reference, ratio=ratio, target='>= 5x', passed=ratio >= 5, repeats=repeats,
+      note=f'{len(real):,} real + {len(rendered):,} rendered images, {setting}; the same batches '
+           'both ways (checked over two epochs)'))
   return rows
 
 
@@ -172,7 +238,10 @@ def fragment_benchmarks(workdir, n, pages, repeats):
   source = reader.FragmentSource(str(folder), size, color)
   best = common.interleaved({
       'pil': lambda: pil_loop(paths, size, color, FRAGMENT_BATCH),
-      'reader': lambda: _stream(source, FRAGMENT_BATCH, num_threads),
+      'reader': lambda: _stream(
+          input_lib.train_dataset(source, batch_size=FRAGMENT_BATCH, seed=0, process_index=0,
+                                  process_count=1, num_threads=num_threads),
+          len(source) // FRAGMENT_BATCH, num_threads),
   }, repeats)
   reference, ours = best['pil'][1] / best['pil'][0], best['reader'][1] / best['reader'][0]
   rows = [common.record(

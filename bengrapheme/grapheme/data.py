@@ -51,6 +51,10 @@ class Relabelled:
   def __getitem__(self, index):
     return dict(self.source[index], labels=self.labels[int(index)].copy())
 
+  def read_batch(self, rows, batch, at):
+    input_lib.read_batch(self.source, rows, batch, at)
+    batch['labels'][at] = self.labels[rows]
+
 
 def source(config, workdir, split):
   """'train' (minus val), 'val' (held-out graphemes + a hold-out of images) or 'test'."""
