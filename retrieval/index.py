@@ -19,6 +19,7 @@ rerun goes on from there.
 """
 import collections
 import dataclasses
+import hashlib
 import io
 import itertools
 import json
@@ -69,11 +70,25 @@ class Index:
   lbp_pca: pca.PCA | None
 
 
-def fingerprint(config, step, settings):
+def checkpoint_digest(model):
+  """16 hex digits of the model's variables: which checkpoint the descriptors came from (two
+  workdirs at one step, or a retrained one, differ). A collective on a multi-process job."""
+  leaves = jax.tree.leaves(model.variables)
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    leaves = multihost_utils.process_allgather(leaves, tiled=True)
+  digest = hashlib.sha256()
+  for leaf in jax.device_get(leaves):
+    digest.update(np.ascontiguousarray(leaf).tobytes())
+  return digest.hexdigest()[:16]
+
+
+def fingerprint(config, model, settings):
   """What the descriptors depend on: a different value rebuilds the index."""
-  return json.dumps(dict(layout=LAYOUT, step=int(step), settings=settings, seed=config.seed,
-                         model=config.model.to_dict(), input=config.input.to_dict(),
-                         aggregation=config.eval.aggregation), sort_keys=True, default=str)
+  return json.dumps(dict(layout=LAYOUT, step=int(model.step), checkpoint=checkpoint_digest(model),
+                         settings=settings, seed=config.seed, model=config.model.to_dict(),
+                         input=config.input.to_dict(), aggregation=config.eval.aggregation),
+                    sort_keys=True, default=str)
 
 
 def _save_npz(path, arrays):
@@ -332,7 +347,7 @@ def _reusable(old, chunks, listing, sizes, mtimes):
 
 
 def _build_locked(config, model, root, folder, listing, settings, chosen_on):
-  stamp = fingerprint(config, model.step, settings)
+  stamp = fingerprint(config, model, settings)
   path = os.path.join(folder, 'index.npz')
   process, processes = jax.process_index(), jax.process_count()
   old = load(path) if os.path.exists(path) else None
@@ -390,7 +405,8 @@ def _build_locked(config, model, root, folder, listing, settings, chosen_on):
     raise errors.UserError(f'{root}: none of its {len(listing.paths):,} images could be read')
   rows = np.array(sorted(merged), np.int64)
   entries = known.take(np.array([merged[i] for i in rows.tolist()], np.int64))
-  header = dict(layout=LAYOUT, step=model.step, settings=settings, chosen_on=chosen_on,
+  header = dict(layout=LAYOUT, step=model.step, checkpoint=checkpoint_digest(model),
+                settings=settings, chosen_on=chosen_on,
                 fingerprint=stamp, config=config.to_json_best_effort(), root=os.path.abspath(root))
   index = Index(header, entries, lbp_pca)
   if process == 0:

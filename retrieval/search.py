@@ -278,10 +278,12 @@ def _query_vectors(workdir, index, searcher, paths):
   """Descriptors and SRS-LBP rows of images outside the index, embedded as the index was."""
   config = ml_collections.ConfigDict(json.loads(index.header['config']))
   _, model = eval_only.trained_model(config, workdir)
-  if model.step != index.header['step']:
+  built_with = index.header.get('checkpoint')
+  if built_with != index_lib.checkpoint_digest(model):
     raise errors.UserError(
-        f'the index was built with the checkpoint of step {index.header["step"]:,}; the '
-        f'newest in {workdir} is step {model.step:,}: rerun launch.index to rebuild it')
+        f'the index was built with another checkpoint (step {index.header["step"]:,}, '
+        f'{built_with or "from before checkpoints were identified"}) than the newest in '
+        f'{workdir} (step {model.step:,}): rerun launch.index to rebuild it')
   found, problems = {}, []
 
   def keep(rows, entries, messages):

@@ -189,7 +189,7 @@ def test_an_interrupted_index_keeps_its_chunks_and_the_rerun_goes_on(indexed, tm
   assert not (folder / 'index.npz').exists()  # whole or not at all
   monkeypatch.setattr(index_lib, '_save_npz', save)
   index, counts = index_lib.build(config, model, indexed['workdir'], listing, str(folder))
-  assert counts['reused'] == 8 and counts['embedded'] == len(listing.paths) - 1 - 8
+  assert counts['reused'] == 8 and counts['embedded'] == len(listing.paths) - 2 - 8  # 2 unreadable
   assert not (folder / 'partial').exists()
   grown = indexed['grown'].entries
   rows = {p: r for r, p in enumerate(grown.paths.tolist())}
@@ -233,3 +233,24 @@ def test_two_processes_build_the_index_one_process_builds(indexed, tmp_path):
   np.testing.assert_array_equal(both.entries.lbp, one.entries.lbp)
   np.testing.assert_array_equal(both.lbp_pca.components, one.lbp_pca.components)
   assert not (tmp_path / 'two' / 'partial').exists()
+
+
+def test_another_checkpoint_at_the_same_step_is_not_taken_for_the_indexed_one(
+    indexed, fragment_data, tmp_path):
+  """A workdir whose checkpoint is another run's at the same step (a copy retrained, or two
+  workdirs sharing one index): the index is rebuilt, and a search refuses it until then."""
+  retrained = tmp_path / 'retrained'
+  run_module('launch.train', CONFIG, '--config.seed=1', '--data', fragment_data, '--workdir',
+             retrained)
+  workdir = tmp_path / 'workdir'
+  shutil.copytree(indexed['workdir'], workdir)  # its index and val's choice, kept
+  shutil.rmtree(workdir / 'checkpoints')
+  shutil.copytree(retrained / 'checkpoints', workdir / 'checkpoints')
+  outside = tmp_path / 'query.jpg'
+  shutil.copy(indexed['folder'] / indexed['grown'].entries.paths[0], outside)
+  refused = run_module('launch.search', '--workdir', workdir, '--query', outside, check=False)
+  assert refused.returncode == 1
+  assert 'the index was built with another checkpoint (step 6' in refused.stderr
+  out = run_module('launch.index', CONFIG, '--workdir', workdir, '--collection',
+                   indexed['folder']).stdout
+  assert 'rebuilding it whole' in out
