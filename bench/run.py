@@ -61,8 +61,9 @@ README = os.path.join(common.ROOT, 'README.md')
 BEGIN, END = '<!-- bench:begin -->', '<!-- bench:end -->'
 # The README's few rows (by the start of their names), between SUMMARY_BEGIN and SUMMARY_END.
 SUMMARY_ROWS = ('grapheme training batches read a batch at a time',
-                'train step, grapheme_demo (JAX', 'train step, efficientnet_b0_128 (JAX', 'jit compile, efficientnet_b0_128',
-                'hierarchical macro recall', 'search: one query against 350,000')
+                'train step, grapheme_demo (JAX', 'train step, efficientnet_b0_128 (JAX',
+                'jit compile, efficientnet_b0_128', 'hierarchical macro recall',
+                'search: one query against 350,000')
 SUMMARY_BEGIN, SUMMARY_END = '<!-- bench-summary:begin -->', '<!-- bench-summary:end -->'
 MODULE_TIMEOUT = 30 * 60  # a hung module must not hang the run
 ON_REQUEST_TIMEOUT = 150 * 60
