@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import signal
+import zlib
 
 import grain
 import jax
@@ -112,7 +113,9 @@ def save(mngr, step, state, data_iterator=None, force=False, log=None):
   """Saves if `step` is due (or `force`); returns whether a save started. `log`: the
   logger's partial interval (JSON), so that a resumed run logs what an uninterrupted one
   would."""
-  items = {'state': ocp.args.StandardSave(state)}
+  if not (force or mngr.should_save(step)):
+    return False  # before the checksums, which read the whole state
+  items = {'state': ocp.args.StandardSave(state), 'digests': ocp.args.JsonSave(digests(state))}
   if data_iterator is not None:
     items['data'] = grain.checkpoint.CheckpointSave(data_iterator)
   if log is not None:
@@ -152,6 +155,7 @@ def restore(mngr, abstract_state, data_iterator=None, *, read_only=False):
     try:
       restored = mngr.restore(
           step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state)))
+      _check_digests(mngr, step, path, restored['state'])
       positions = None if data_iterator is None else _input_positions(path)
     except Exception as e:  # pylint: disable=broad-except
       damaged.append(skip(mngr, path, _damage_or_raise(path, e)))
@@ -163,6 +167,59 @@ def restore(mngr, abstract_state, data_iterator=None, *, read_only=False):
     raise RuntimeError(f'every checkpoint in {mngr.directory} is damaged ({", ".join(damaged)})'
                        '; delete them to start over')
   return None, None
+
+
+# ---------------------------------------------------------------- checksums
+# Orbax and TensorStore checksum the index that locates the arrays, not the arrays' values:
+# a byte changed inside them restores silently. Each save records, for every array, a CRC32
+# of this process's shards (the first replica of each, in shard order) and of where those
+# shards lie; a restore onto the same layout recomputes them, and a mismatch is damage.
+
+
+class ChecksumMismatch(ValueError):
+  """A restored array's bytes differ from those its checkpoint saved."""
+
+
+def _own_crcs(state):
+  """([leaf path], uint32 [2, leaves]: CRC32 of this process's shard bytes, and of the shards'
+  positions)."""
+  paths, values, layouts = [], [], []
+  for key, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
+    shards = sorted((s for s in leaf.addressable_shards if s.replica_id == 0),
+                    key=lambda s: str(s.index))
+    value = layout = 0
+    for shard in shards:
+      value = zlib.crc32(np.ascontiguousarray(jax.device_get(shard.data)).tobytes(), value)
+      layout = zlib.crc32(str(shard.index).encode(), layout)
+    paths.append(jax.tree_util.keystr(key))
+    values.append(value)
+    layouts.append(layout)
+  return paths, np.array([values, layouts], np.uint32)
+
+
+def digests(state):
+  """What a save records of `state` (a collective on a multi-process job): every process's
+  CRC32s of its shards' bytes and positions."""
+  paths, crcs = _own_crcs(state)
+  everyone = np.asarray(multihost_utils.process_allgather(crcs)).reshape(-1, *crcs.shape)
+  return dict(arrays=paths, values=everyone[:, 0].tolist(), layouts=everyone[:, 1].tolist())
+
+
+def _check_digests(mngr, step, path, state):
+  """ChecksumMismatch naming the first array of `state` whose bytes differ from the saved
+  ones, where the shards lie as they did when saved (another layout is not checked)."""
+  if not (path / 'digests').exists():
+    return  # saved before checkpoints held checksums
+  saved = mngr.restore(step, args=ocp.args.Composite(digests=ocp.args.JsonRestore()))['digests']
+  paths, (values, layouts) = _own_crcs(state)
+  process = jax.process_index()
+  if saved['arrays'] != paths or len(saved['values']) != jax.process_count():
+    return
+  for name, value, layout, saved_value, saved_layout in zip(
+      paths, values, layouts, saved['values'][process], saved['layouts'][process]):
+    if layout == saved_layout and value != saved_value:
+      raise ChecksumMismatch(f'{path}: array {name} restores with other bytes than were saved '
+                             f'(CRC32 {int(value):08x}, saved {int(saved_value):08x})')
 
 
 def _saved_tree(mngr, step, path):
@@ -188,8 +245,9 @@ def _is_damage(error):
   """Whether `error`, raised reading a step, says its files are missing or unreadable."""
   while error.__cause__ is not None:  # Orbax re-raises what went wrong as its cause
     error = error.__cause__
-  if isinstance(error, (FileNotFoundError, UnicodeDecodeError, json.JSONDecodeError)):
-    return True  # a missing file; metadata or input position that is not JSON
+  if isinstance(error, (FileNotFoundError, UnicodeDecodeError, json.JSONDecodeError,
+                        ChecksumMismatch)):
+    return True  # a missing file; metadata or input position that is not JSON; other bytes
   return isinstance(error, ValueError) and bool(_TENSORSTORE_DAMAGE.match(str(error)))
 
 

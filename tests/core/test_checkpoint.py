@@ -1,5 +1,7 @@
 """Checkpoints hold the train state and the input position together."""
 import os
+import re
+import shutil
 import signal
 import time
 
@@ -168,6 +170,27 @@ def test_damaged_newest_checkpoint_is_named_and_skipped(tmp_path, capsys, damage
   checkpoint.save(mngr, 6, dict(state, step=jnp.int32(6)), make_iterator(), force=True)
   mngr.wait_until_finished()
   assert checkpoint.restore(mngr, checkpoint.abstract(state), make_iterator())[0] == 6
+
+
+def test_an_array_restoring_with_other_bytes_is_caught_by_its_checksum(tmp_path, capsys):
+  """A value changed inside the stored arrays, which Orbax and TensorStore restore as valid
+  data (they checksum the index, not the values): the step's CRC32s name the array, the step
+  is set aside and the one before restores."""
+  import orbax.checkpoint as ocp
+  state, mngr, root = _saved(tmp_path)
+  stored = os.path.join(root, '6', 'state')
+  changed = ocp.StandardCheckpointer().restore(stored)
+  changed['params']['big'] = changed['params']['big'].at[17, 3].add(1.0)  # one value's bytes
+  shutil.rmtree(stored)
+  with ocp.StandardCheckpointer() as writer:
+    writer.save(stored, changed)
+  mngr = checkpoint.manager(str(tmp_path), keep=5)
+  step, restored = checkpoint.restore(mngr, checkpoint.abstract(state), make_iterator())
+  assert step == 4 and int(restored['step']) == 4
+  out = capsys.readouterr().out
+  assert re.search(r"ChecksumMismatch: .*/6: array \['params'\]\['big'\] restores with other "
+                   r'bytes than were saved', out), out
+  assert sorted(os.listdir(root)) == ['2', '4', '6.damaged']
 
 
 def _orbax_wrapped(cause):
