@@ -25,7 +25,10 @@ stem, 56x96, batch 128); (b) a ResNet-18 (width 64, imagenet stem, one input cha
 heads) at 128x128, batch 64; (c) EfficientNet-B0 (bengrapheme/models/efficientnet.py against
 timm's efficientnet_b0, one input channel, no dropout, the same heads) at 128x128, batch 64:
 the cost of the winners' architecture beside the ResNet's. The consonant diacritic is the
-plain 7-way head on both sides (the demo's 4 part heads have no PyTorch twin). Threads:
+plain 7-way head on both sides (the demo's 4 part heads have no PyTorch twin). After the
+EfficientNet case, its 16 depthwise layers alone (forward and both gradients, as the model runs
+them on CPU: bengrapheme/models/depthwise.py) against the code before them
+(bench/reference_depthwise.py), in one process, results asserted equal. Threads:
 torch.set_num_threads(cores available), with OMP_WAIT_POLICY=PASSIVE (see TORCH_ENV); XLA's
 CPU client runs one thread per available core.
 
@@ -77,8 +80,10 @@ def make_config(case, augment=False):
   model, size, batch = CASES[case]
   if model is not None:
     c.model.name, c.model.args = model
-  # The PyTorch twin has the plain 7-way consonant head (cross-entropy), not the 4 part heads.
+  # The PyTorch twin has the plain 7-way consonant head (cross-entropy), not the 4 part heads,
+  # and the whole-grapheme head but no root-letter head, whichever the demo trains with.
   c.model.consonant_parts = False
+  c.model.grapheme_head, c.model.root_letters = True, False
   c.input.size, c.train.batch_size = size, batch
   c.input.crop_to_ink = False
   c.aug.update(affine=False, cutout_prob=0.0, grid_mask_prob=0.0, mix_prob=0.0)
@@ -144,6 +149,71 @@ def torch_setup(case, steps):
                         version=torch.__version__.split('+')[0])
 
 
+# ---------------------------------------------------------------- the depthwise layers alone
+
+
+def depthwise_layers(size, batch):
+  """EfficientNet-B0's depthwise convolutions at size x size input: ([B, H, W, C] of the
+  input, kernel, stride), after the stride-2 stem."""
+  from bengrapheme.models import efficientnet
+  h, cin, layers = size // 2, efficientnet.STEM, []
+  for repeats, kernel, stride, expansion, cout in efficientnet.STAGES:
+    for r in range(repeats):
+      s = stride if r == 0 else 1
+      layers.append(((batch, h, h, cin * expansion), kernel, s))
+      h, cin = -(-h // s), cout
+  return layers
+
+
+def depthwise_row(quick):
+  """Forward + both gradients of all of B0's depthwise layers, as the model computes them on
+  CPU (bengrapheme/models/depthwise.py) and as it did before (bench/reference_depthwise.py),
+  each jitted with the train step's compiler options, timed in turns in this process."""
+  import jax
+  from bengrapheme import parallel
+  from bengrapheme.models import depthwise, resnet
+  from bench import reference_depthwise
+  size, batch = CASES['efficientnet_b0_128'][1][0], 8 if quick else 64
+  layers, rng = depthwise_layers(size, batch), np.random.default_rng(0)
+  data = [[rng.standard_normal(shape, np.float32) for shape in
+           (x_shape, (k, k, 1, x_shape[-1]), (batch, -(-x_shape[1] // s), -(-x_shape[2] // s),
+                                               x_shape[-1]))]
+          for x_shape, k, s in layers]
+
+  def compiled(conv):
+    def forward_backward(data):
+      results = []
+      for (x, w, dy), (_, k, s) in zip(data, layers):
+        padding = resnet.conv_padding(k, s, 'symmetric')  # as the model pads
+        y, vjp = jax.vjp(lambda x, w: conv(x, w, (s, s), padding), x, w)
+        results.append((y, *vjp(dy)))
+      return results
+    start = time.perf_counter()
+    step = jax.jit(forward_backward).lower(data).compile(parallel.compiler_options())
+    return step, time.perf_counter() - start
+
+  steps = {'new': compiled(depthwise.conv), 'reference': compiled(reference_depthwise.conv)}
+  results = {name: step(data) for name, (step, _) in steps.items()}
+  for new, reference in zip(jax.tree.leaves(results['new']),
+                            jax.tree.leaves(results['reference'])):
+    np.testing.assert_allclose(new, reference, rtol=1e-4,
+                               atol=1e-4 * float(np.abs(reference).max()))
+  del results
+  repeats = 2 if quick else 6
+  best = common.interleaved(
+      {name: lambda step=step: jax.block_until_ready(step(data))
+       for name, (step, _) in steps.items()}, repeats)
+  ms = {name: seconds * 1e3 for name, (seconds, _) in best.items()}
+  _log(f'depthwise layers: {ms["new"]:.0f} ms, reference {ms["reference"]:.0f} ms')
+  return common.record(
+      'depthwise convolutions, efficientnet_b0_128 (forward + backward)', ms['new'], 'ms',
+      'the shifted slices before (bench/reference_depthwise.py)', ms['reference'],
+      ratio=ms['reference'] / ms['new'], repeats=repeats,
+      note=f'the {len(layers)} depthwise layers at {size}x{size}, batch {batch}, f32: output '
+           'and both gradients equal (asserted); compile '
+           f'{steps["new"][1]:.1f} s, reference {steps["reference"][1]:.1f} s')
+
+
 # ---------------------------------------------------------------- driver
 
 
@@ -180,6 +250,9 @@ def run(quick: bool, cases=tuple(CASES)) -> list[dict]:
              'steady steps'))
     if case == 'grapheme_demo':
       demo_batch = batch
+    if case == 'efficientnet_b0_128':
+      _log('efficientnet_b0_128: its depthwise layers alone, against the code before')
+      rows.append(depthwise_row(quick))
   if not quick and 'grapheme_demo' in cases:
     steps, repeats = FULL['grapheme_demo']
     _log('grapheme_demo as trained: crop-to-ink and augmentation on device')
