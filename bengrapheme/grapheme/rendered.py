@@ -18,7 +18,7 @@ import os
 
 import numpy as np
 
-from bengrapheme import cache, console, files
+from bengrapheme import cache, console, errors, files
 from bengrapheme.grapheme import classes, kaggle, prepare, synth, unseen
 
 RENDER_CODE = 2  # the generator seed's split code: synth uses 0 (train) and 1 (test)
@@ -67,10 +67,12 @@ def source(config, cache_dir):
                         [row[3] for row in rows], [row[:3] for row in rows])
 
   fonts = list(synth.TRAIN_FONTS.values())
-  for font in fonts:
-    if not os.path.exists(font):
-      raise FileNotFoundError(f'config.render needs the font {font}; {synth.MISSING_FONT_HELP}; '
-                              'or set config.render.fraction=0')
+  missing = [font for font in fonts if not os.path.exists(font)]
+  if missing:
+    raise errors.UserError(f'config.render.fraction={config.render.fraction}: the rendered '
+                           f'graphemes need {len(missing)} font(s) not installed, e.g. '
+                           f'{missing[0]}; {synth.MISSING_FONT_HELP}; or train on the real '
+                           'images alone: --config.render.fraction=0')
   params = dict(version=PLAN_VERSION, layout=prepare.LAYOUT_VERSION, images=config.render.images,
                 unseen=config.unseen.to_dict())
   entry = cache.build_once(cache_dir, 'rendered', fonts, params, build, origin='rendered')

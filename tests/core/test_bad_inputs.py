@@ -244,10 +244,11 @@ def error_lines(stderr):
                    if re.match(r'[\w.]*(Error|Exception)\b', line))
 
 
-def train_cli(*args, workdir='run', prefix=(), config=GRAPHEME_CONFIG):
+def train_cli(*args, workdir='run', prefix=(), config=GRAPHEME_CONFIG, env=None):
   def call(data, work):
     result = run_module('launch.train', f'--config={config}', '--data', data,
-                        '--workdir', work / workdir, *args, check=False, prefix=prefix)
+                        '--workdir', work / workdir, *args, check=False, prefix=prefix,
+                        env=env)
     if result.returncode:
       raise CLIError(error_lines(result.stderr))
   return call
@@ -427,6 +428,12 @@ CASES = [
          train_cli('--config.train.batch_size=100000', config='configs/maskfeat.py:test'),
          CLIError, r'train\.batch_size=100000: the training images hold only [\d,]+ patches, '
          r'and a batch takes distinct ones; lower it', left=files_in_work_but_prepared),
+    # The rendered graphemes' fonts not installed (`make fonts` skipped).
+    Case('rendered-fonts-missing', 'grapheme', no_damage,
+         train_cli(env={'BENGRAPHEME_GOOGLE_FONTS': '/nonexistent/google-fonts'}), CLIError,
+         r'config\.render\.fraction=[\d.]+: the rendered graphemes need \d+ font\(s\) not '
+         r'installed, e\.g\. /nonexistent/google-fonts/.*`make fonts` installs them.*'
+         r'--config\.render\.fraction=0', left=files_in_work_but_prepared),
     # SAGHOG's fine-tune before its pre-training: the command that makes the workdir.
     Case('saghog-before-its-pretraining', 'fragments', no_damage,
          train_cli('--config.model.init_from=workdirs/maskfeat-absent',
