@@ -129,9 +129,26 @@ PROBE_COLUMNS = (('masked HOG error', 'reconstruction/loss'),
 SAME_TRAINING = (('arrays in the train state', 'arrays'),
                  ('arrays that differ', 'arrays_that_differ'),
                  ('largest difference', 'largest_difference'))
-COUNTS = ('num_queries', 'arrays', 'arrays_that_differ')
+COUNTS = ('num_queries', 'arrays', 'arrays_that_differ', 'params', 'ran', 'input_bound')
+# bench/preflight_checks.py: what launch.train --dry_run and --feed_check report.
+DRY_RUN = (('parameters', 'params'), ('GFLOP an image', 'gflop_per_image'),
+           ('MiB per device', 'memory_per_device_mib'), ('of which temporaries', 'temporaries_mib'),
+           ('compile s', 'compile_s'), ('step run (0: did not fit, or simulated devices)', 'ran'))
+FEED_CHECK = (('input examples/s', 'input_per_s'), ('host cores it kept busy', 'input_cores'),
+              ('train step examples/s', 'step_per_s'),
+              ('input bounds (1) or step (0)', 'input_bound'))
 
 TABLES = {
+    'dry-run-costs': (DRY_RUN, (
+        ('`configs/grapheme.py:kaggle`, its batch of 256, 1 CPU device', 'preflight-checks',
+         'kaggle/'),
+        ('the same for 8 simulated devices (`--dry_run_devices=8`)', 'preflight-checks',
+         'kaggle_8_devices/'),
+        ('`configs/fragments.py:hisfrag20` at batch 8, 1 CPU device', 'preflight-checks',
+         'hisfrag20_batch8/'))),
+    'feed-check': (FEED_CHECK, (
+        ('`configs/grapheme.py:demo`, 2,000 synthetic images, 1 CPU device', 'preflight-checks',
+         'demo_feed/'),)),
     'same-training-issue37': (SAME_TRAINING, tuple(
         (f'`{recipe}`', 'same-training-issue37', f'{key}/') for recipe, key in (
             ('configs/grapheme.py:test', 'grapheme'),
