@@ -72,20 +72,17 @@ class Index:
 
 def checkpoint_digest(model):
   """16 hex digits of the model's variables: which checkpoint the descriptors came from (two
-  workdirs at one step, or a retrained one, differ). A collective on a multi-process job."""
-  leaves = jax.tree.leaves(model.variables)
-  if jax.process_count() > 1:
-    from jax.experimental import multihost_utils
-    leaves = multihost_utils.process_allgather(leaves, tiled=True)
+  workdirs at one step, or a retrained one, differ). The model's variables must all be on this
+  process (evaluation.process_local on a multi-process job)."""
   digest = hashlib.sha256()
-  for leaf in jax.device_get(leaves):
+  for leaf in jax.device_get(jax.tree.leaves(model.variables)):
     digest.update(np.ascontiguousarray(leaf).tobytes())
   return digest.hexdigest()[:16]
 
 
-def fingerprint(config, model, settings):
+def fingerprint(config, step, digest, settings):
   """What the descriptors depend on: a different value rebuilds the index."""
-  return json.dumps(dict(layout=LAYOUT, step=int(model.step), checkpoint=checkpoint_digest(model),
+  return json.dumps(dict(layout=LAYOUT, step=int(step), checkpoint=digest,
                          settings=settings, seed=config.seed, model=config.model.to_dict(),
                          input=config.input.to_dict(), aggregation=config.eval.aggregation),
                     sort_keys=True, default=str)
@@ -347,7 +344,9 @@ def _reusable(old, chunks, listing, sizes, mtimes):
 
 
 def _build_locked(config, model, root, folder, listing, settings, chosen_on):
-  stamp = fingerprint(config, model, settings)
+  local_model = evaluation.process_local(model)  # a collective: every process, once
+  digest = checkpoint_digest(local_model)
+  stamp = fingerprint(config, model.step, digest, settings)
   path = os.path.join(folder, 'index.npz')
   process, processes = jax.process_index(), jax.process_count()
   old = load(path) if os.path.exists(path) else None
@@ -377,7 +376,6 @@ def _build_locked(config, model, root, folder, listing, settings, chosen_on):
 
   # Each process its slice of the sorted images still to embed, on its own devices.
   mine = np.array_split(np.array(todo, np.int64), processes)[process].tolist()
-  local_model = evaluation.process_local(model)
   # Patches are drawn seeded by the file's name (retrieval/patches.py), as for a query.
   jobs = [(os.path.join(root, listing.paths[i]), os.path.basename(listing.paths[i]))
           for i in mine]
@@ -405,7 +403,7 @@ def _build_locked(config, model, root, folder, listing, settings, chosen_on):
     raise errors.UserError(f'{root}: none of its {len(listing.paths):,} images could be read')
   rows = np.array(sorted(merged), np.int64)
   entries = known.take(np.array([merged[i] for i in rows.tolist()], np.int64))
-  header = dict(layout=LAYOUT, step=model.step, checkpoint=checkpoint_digest(model),
+  header = dict(layout=LAYOUT, step=model.step, checkpoint=digest,
                 settings=settings, chosen_on=chosen_on,
                 fingerprint=stamp, config=config.to_json_best_effort(), root=os.path.abspath(root))
   index = Index(header, entries, lbp_pca)
