@@ -147,14 +147,19 @@ def _font(relative, size):
   return ImageFont.truetype(font_path(relative), size)
 
 
-def writer_style(seed, writer):
-  """The style of one writer: drawn once, from (seed, writer) only."""
+def writer_font(seed, writer, fonts=FONTS, writers_per_hand=WRITERS_PER_HAND):
+  """The font (relative path) of a writer: each group of writers_per_hand consecutive writers
+  takes the next font of a seeded order, so each font is used about equally and the test
+  writers (the last ones) mostly write hands the train split lacks."""
+  order = np.random.default_rng(seed).permutation(len(fonts))
+  return fonts[order[(writer - 1) // writers_per_hand % len(fonts)]][1]
+
+
+def writer_style(seed, writer, fonts=FONTS, writers_per_hand=WRITERS_PER_HAND):
+  """The style of one writer: drawn once, from (seed, writer) only; fonts and
+  writers_per_hand as writer_font's (retrieval/synth_val.py draws from other fonts)."""
   rng = np.random.default_rng([seed, writer])
-  # Each group of WRITERS_PER_HAND consecutive writers takes the next font of a seeded order,
-  # so each font is used about equally and the test writers (the last ones) mostly write
-  # hands the train split lacks.
-  order = np.random.default_rng(seed).permutation(len(FONTS))
-  relative = FONTS[order[(writer - 1) // WRITERS_PER_HAND % len(FONTS)]][1]
+  relative = writer_font(seed, writer, fonts, writers_per_hand)
   x_height = rng.uniform(9, 17)
   size = max(8, int(round(x_height / _x_height_ratio(relative))))
   ink = np.clip(np.array(INKS[rng.integers(len(INKS))]) + rng.normal(0, 10, 3), 0, 255)
@@ -342,11 +347,16 @@ def _stains(height, width, rng):
   return np.clip(out, 0, 1)
 
 
-def render_page(style, rng, width=1000, height=1400):
-  """One colour page [height, width, 3] uint8 and its text box (top, left, bottom, right)."""
+def render_page(style, rng, width=1000, height=1400, pen=None):
+  """One colour page [height, width, 3] uint8 and its text box (top, left, bottom, right).
+
+  pen: a function of the ink coverage [height, width] float32 -> coverage, applied to the
+  text and its bleed-through (retrieval/synth_val.py's broad nib); None draws the glyphs as
+  they are."""
+  pen = pen or (lambda coverage: coverage)
   width = int(width * rng.uniform(0.94, 1.06))
   height = int(height * rng.uniform(0.94, 1.06))
-  text = render_text(style, width, height, rng)
+  text = pen(render_text(style, width, height, rng))
   rows, cols = np.nonzero(text > 0.2)
   if len(rows) == 0:
     raise ValueError(f'render_page: a {width}x{height} page has no room for a line of '
@@ -359,7 +369,7 @@ def render_page(style, rng, width=1000, height=1400):
   # Bleed-through: the verso's text, mirrored and blurred, shows faintly.
   if rng.uniform() < 0.75:
     # Blurred at half size: the same look for a quarter of the work.
-    verso = Image.fromarray((render_text(style, width, height, rng)[:, ::-1] * 255)
+    verso = Image.fromarray((pen(render_text(style, width, height, rng))[:, ::-1] * 255)
                             .astype(np.uint8)).reduce(2)
     verso = verso.filter(ImageFilter.GaussianBlur(rng.uniform(0.7, 1.7)))
     verso = np.asarray(verso.resize((width, height), Image.Resampling.BILINEAR),
