@@ -1,5 +1,5 @@
 """The console commands pyproject.toml installs: bengrapheme-train, -evaluate, -predict,
--index, -search.
+-index, -search, -serve.
 
 They run launch.train / .evaluate / .predict / .index / .search (`python -m launch.predict`
 works as well). Unlike `python -m`, they also read `--config configs/NAME.py:VARIANT` (or
@@ -74,3 +74,7 @@ def index_main():
 
 def search_main():
   _run('launch.search')
+
+
+def serve_main():
+  _run('launch.serve')

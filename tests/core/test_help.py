@@ -14,7 +14,9 @@ FLAGS = {'launch.train': ('config', 'workdir', 'data', 'dry_run', 'dry_run_devic
          'launch.score_distances': ('distances', 'data', 'out', 'traceback'),
          'launch.index': ('config', 'workdir', 'data', 'collection', 'index', 'traceback'),
          'launch.search': ('workdir', 'index', 'query', 'query-collection', 'top', 'out',
-                           'traceback')}
+                           'traceback'),
+         'launch.serve': ('workdir', 'index', 'db', 'host', 'port', 'round', 'candidates',
+                          'max_upload_mb', 'traceback')}
 
 
 def listed_flags(stdout):

@@ -37,8 +37,8 @@ def test_dependencies_are_requirements_txt_minus_its_test_section():
       'in order')
   # What the tests alone need is imported by no installed module.
   names = [re.split(r'[=<>~!\[ ]', pin, maxsplit=1)[0] for pin in test_only]
-  assert names == ['pytest', 'pandas']
-  imports = re.compile(r'^\s*(import|from)\s+(pytest|pandas)\b', re.M)
+  assert names == ['pytest', 'pandas', 'playwright']
+  imports = re.compile(r'^\s*(import|from)\s+(pytest|pandas|playwright)\b', re.M)
   for package in ('bengrapheme', 'retrieval', 'launch', 'configs'):
     for folder, _, files in os.walk(os.path.join(ROOT, package)):
       for name in files:

@@ -1,0 +1,97 @@
+"""What the workbench may show and take in.
+
+Served: only images of the index, under its folder. A path is refused when it is absolute,
+climbs out (`..`), is not in the index, or resolves (through a symbolic link) outside the
+indexed folder: the app must not become a way to read any file of the machine.
+
+Taken in: an uploaded query image, read into memory only up to its size limit, refused
+unless it opens as a JPEG, PNG or TIFF whose pixel count is within the limit (checked from
+its header before any pixel is decoded, so a decompression bomb never expands) and decodes
+whole. A refused upload is never written anywhere.
+"""
+import functools
+import io
+import os
+
+from PIL import Image
+
+from bengrapheme import errors
+from retrieval import collection
+
+FORMATS = ('JPEG', 'PNG', 'TIFF')
+MAX_PIXELS = 60_000_000  # a 60 Mpx scan is past any fragment photograph; a bomb is far past it
+
+
+class Refused(errors.UserError):
+  """A request the app turns down; `status` is its HTTP status."""
+
+  def __init__(self, status, message):
+    super().__init__(message)
+    self.status = status
+
+
+def resolve(root, relative, indexed):
+  """The real path of the indexed image `relative` (a path relative to `root`, '/'
+  separated); Refused otherwise."""
+  if not relative or os.path.isabs(relative) or relative.startswith(('/', '\\')):
+    raise Refused(403, f'{relative!r}: an absolute path; expected a path inside the indexed '
+                  'folder, relative to it')
+  if '..' in relative.replace('\\', '/').split('/'):
+    raise Refused(403, f'{relative!r}: climbs out with ..; expected a path inside the indexed '
+                  'folder')
+  if relative not in indexed:
+    raise Refused(404, f'{relative!r}: not an image of the index')
+  real_root = os.path.realpath(root)
+  real = os.path.realpath(os.path.join(root, relative))
+  if os.path.commonpath([real, real_root]) != real_root:
+    raise Refused(403, f'{relative!r}: a link to {real}, outside the indexed folder; only '
+                  'images under it are served')
+  return real
+
+
+@functools.lru_cache(maxsize=2048)
+def png(path, longest, stamp):
+  """PNG bytes of the image as a person sees it (retrieval/collection.py), its longest side
+  at most `longest` px (0: full size). `stamp` (size, mtime) keys the cache to the file."""
+  del stamp
+  try:
+    image = Image.fromarray(collection.open_rgba(path))
+  except collection.ERRORS as e:
+    raise Refused(410, f'{path}: unreadable ({e}; changed since it was indexed?); rerun '
+                  'python -m launch.index on its folder') from e
+  if longest and max(image.size) > longest:
+    image.thumbnail((longest, longest), Image.Resampling.LANCZOS)
+  out = io.BytesIO()
+  image.save(out, 'PNG', compress_level=1)  # served at once: speed over size
+  return out.getvalue()
+
+
+async def read_limited(stream, limit, name):
+  """The request body, refused (413) as soon as it passes `limit` bytes: nothing past the
+  limit is read, and nothing is written anywhere."""
+  data = bytearray()
+  async for chunk in stream:
+    data += chunk
+    if len(data) > limit:
+      raise Refused(413, f'{name}: larger than the upload limit of {limit / 2**20:.0f} MiB '
+                    '(launch.serve --max_upload_mb)')
+  return bytes(data)
+
+
+def check_upload(name, data, max_pixels=MAX_PIXELS):
+  """Refused (415 or 413) unless `data` is a whole JPEG, PNG or TIFF within `max_pixels`."""
+  if not data:
+    raise Refused(415, f'{name}: empty; expected a JPEG, PNG or TIFF image')
+  try:
+    with Image.open(io.BytesIO(data)) as image:
+      if image.format not in FORMATS:
+        raise Refused(415, f'{name}: a {image.format} image; expected JPEG, PNG or TIFF')
+      pixels = image.size[0] * image.size[1]
+      if pixels > max_pixels:
+        raise Refused(413, f'{name}: {image.size[0]:,} x {image.size[1]:,} pixels, more than '
+                      f'the {max_pixels:,} a query may have (a decompression bomb?)')
+      image.load()  # decodes it whole: a truncated or damaged file fails here
+  except Refused:
+    raise
+  except (*collection.ERRORS, Image.DecompressionBombWarning) as e:
+    raise Refused(415, f'{name}: not a readable image ({e}); expected a JPEG, PNG or TIFF')
