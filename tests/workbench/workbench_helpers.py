@@ -64,8 +64,10 @@ class Served:
     while not self.server.started:
       time.sleep(0.01)
 
-  def request(self, method, url, data=None, headers=None, json_body=None):
-    headers = dict({'X-Workbench': '1'} if method == 'POST' else {}, **(headers or {}))
+  def request(self, method, url, data=None, headers=None, json_body=None, own_header=True):
+    """own_header: a POST carries X-Workbench, as the page's do."""
+    mine = {'X-Workbench': '1'} if method == 'POST' and own_header else {}
+    headers = dict(mine, **(headers or {}))
     if json_body is not None:
       data = json.dumps(json_body).encode()
       headers['Content-Type'] = 'application/json'
