@@ -98,7 +98,11 @@ def get_config(arg='demo'):
   # Training and evaluation read 32x32 binarised patches centred on ink at SIFT keypoints, at
   # each fragment's own resolution (retrieval/patches.py), at most max_patches a fragment,
   # with an ink share within ink_bounds.
-  c.input = dict(patch_size=32, max_patches=48, ink_bounds=(0.05, 0.6), num_threads=8)
+  # scales: training cuts every fragment at each of these sizes (scale augmentation: the
+  # same hand as scanned at other resolutions); eval_scales: its test-time counterpart, a
+  # fragment's descriptor summing the patches of every scale (retrieval/data.py).
+  c.input = dict(patch_size=32, max_patches=48, ink_bounds=(0.05, 0.6), num_threads=8,
+                 scales=(1.0,), eval_scales=(1.0,))
   # A CIFAR ResNet-20 (bengrapheme/models/cifar_resnet.py) -> GeM -> 64-d, per patch.
   c.model = dict(
       name='cifar_resnet', args=dict(depth=20, width=16, dtype='float32'),

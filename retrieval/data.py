@@ -11,6 +11,7 @@ import json
 import os
 import pathlib
 
+import cv2
 import jax
 import numpy as np
 
@@ -69,20 +70,45 @@ class PatchSource:
     return f'PatchSource({str(self.path)!r}: {len(self)} patches of {len(self.names)} fragments)'
 
 
-def _build(src, folder, params):
+class Rescaled:
+  """read_rgb of a source with every fragment resized by `scale` (picklable, for the
+  workers): the same hand as scanned at another resolution."""
+
+  def __init__(self, src, scale):
+    self.src, self.scale = src, scale
+
+  def __call__(self, index):
+    rgb = self.src.read_rgb(index)
+    h, w = rgb.shape[:2]
+    shape = (max(1, round(w * self.scale)), max(1, round(h * self.scale)))
+    return cv2.resize(rgb, shape, interpolation=cv2.INTER_AREA if self.scale < 1
+                      else cv2.INTER_LINEAR)
+
+
+def _build(src, folder, params, lbp_from=None):
   """Extracts the patches of every fragment of a reader.FragmentSource into `folder`: each
   file decoded once in worker processes (retrieval/patches.py says where the rest runs). A bad fragment raises reader.DataError naming it, but for a
   collection's image (data.format='collection'), which is named and gets no patches. Patches
   (and, when asked, SIFT descriptors and SRS-LBP features) are appended to disk as they come,
-  in fragment order, so memory holds only the fragments in flight, whatever the split's size."""
+  in fragment order, so memory holds only the fragments in flight, whatever the split's size.
+
+  params['scales'] (absent: native only): a fragment's patches are those of the fragment
+  resized by each scale, one after the other (input.scales, input.eval_scales). The other
+  scales' patches are extracted first and held in memory (a demo's split: tens of MB);
+  SRS-LBP and the fragment's area stay the native ones; lbp_from: a native entry whose
+  SRS-LBP features are copied rather than computed again."""
   counts, valid = np.zeros(len(src), np.int64), np.zeros(len(src), np.int32)
-  size, with_lbp, descriptors = params['patch_size'], params['srs_lbp'], params['descriptors']
+  size, descriptors = params['patch_size'], params['descriptors']
+  with_lbp = params['srs_lbp'] and lbp_from is None
   names = [os.path.basename(f.path) for f in src.fragments]
-  extracted = patches.extract_all(src.read_rgb, range(len(src)), names, size=size,
-                                  max_patches=params['max_patches'],
-                                  ink_bounds=params['ink_bounds'], seed=params['seed'],
-                                  with_lbp=with_lbp, descriptors=descriptors,
-                                  skip=(collection.Unreadable,))
+  cut = dict(size=size, max_patches=params['max_patches'], ink_bounds=params['ink_bounds'],
+             seed=params['seed'], descriptors=descriptors, skip=(collection.Unreadable,))
+  scales = params.get('scales', [1.0])
+  other = [list(patches.extract_all(Rescaled(src, s), range(len(src)), names, **cut))
+           for s in scales if s != 1.0]
+  native = 1.0 in scales
+  extracted = patches.extract_all(src.read_rgb, range(len(src)), names, with_lbp=with_lbp,
+                                  **cut)
   raw = folder / 'patches.raw'
   lbp_rows = np.zeros((len(src), len(lbp.RADII) * lbp.NUM_BINS if with_lbp else 0), np.float32)
   with open(raw, 'wb') as out, open(folder / 'sift.raw', 'wb') as sift_out, \
@@ -91,10 +117,12 @@ def _build(src, folder, params):
       if isinstance(e, str):  # a scholar's folder: the rest still trains
         console.say(f'Skipping {e}')
       else:
-        counts[i], valid[i] = len(e.patches), e.valid_pixels
-        out.write(e.patches.tobytes())
-        if descriptors:
-          sift_out.write(e.sift.tobytes())
+        kept = [e] * native + [o[i] for o in other if not isinstance(o[i], str)]
+        counts[i], valid[i] = sum(len(k.patches) for k in kept), e.valid_pixels
+        for k in kept:
+          out.write(k.patches.tobytes())
+          if descriptors:
+            sift_out.write(k.sift.tobytes())
         if with_lbp:
           lbp_rows[i] = e.lbp
       progress.update()
@@ -103,7 +131,7 @@ def _build(src, folder, params):
   _raw_to_npy(folder / 'sift.raw', folder / 'sift.npy', (total if descriptors else 0, 128))
   np.save(folder / 'starts.npy', np.concatenate([[0], np.cumsum(counts)]))
   np.save(folder / 'valid_pixels.npy', valid)
-  np.save(folder / 'lbp.npy', lbp_rows)
+  np.save(folder / 'lbp.npy', lbp_rows if lbp_from is None else PatchSource(lbp_from).lbp())
   (folder / 'index.json').write_text(json.dumps(
       {'names': [os.path.basename(x.path) for x in src.fragments], 'patch_size': size,
        'writer': src.writer_ids.tolist(), 'page': src.page_ids.tolist()}))
@@ -198,10 +226,14 @@ def patch_params(config, split):
   """The settings the patch cache of `split` depends on (part of its key): with SIFT
   descriptors for surrogate training, with SRS-LBP features for the splits scored."""
   i = config.input
-  return dict(layout=CACHE_LAYOUT, patch_size=i.patch_size, max_patches=i.max_patches,
-              ink_bounds=list(i.ink_bounds), seed=config.seed,
-              descriptors=split == 'train' and config.train.get('labels') == 'surrogate',
-              srs_lbp=split != 'train' and bool(config.eval.get('srs_lbp')))
+  params = dict(layout=CACHE_LAYOUT, patch_size=i.patch_size, max_patches=i.max_patches,
+                ink_bounds=list(i.ink_bounds), seed=config.seed,
+                descriptors=split == 'train' and config.train.get('labels') == 'surrogate',
+                srs_lbp=split != 'train' and bool(config.eval.get('srs_lbp')))
+  scales = list(i.get('scales', [1.0]) if split == 'train' else i.get('eval_scales', [1.0]))
+  if scales != [1.0]:  # only then: the caches of native patches keep their keys
+    params['scales'] = scales
+  return params
 
 
 def source(config, workdir, split):
@@ -213,9 +245,18 @@ def source(config, workdir, split):
   params = patch_params(config, split)
   if split != 'test':  # a TFDS build's record files do not say which writers are val's
     params.update(val_writers=config.data.val_writers, val_seed=config.data.val_seed)
-  entry = cache.build_once(files.prepared_dir(config, workdir), f'patches-{split}', paths,
-                           params, lambda folder: _build(src, folder, params), origin=origin)
-  return PatchSource(entry)
+
+  def built(params, lbp_from=None):
+    # Its own name with scales: an entry evicts only older ones of its name.
+    name = f'patches-{split}' + ('-scales' if 'scales' in params else '')
+    return cache.build_once(files.prepared_dir(config, workdir), name, paths,
+                            params, lambda folder: _build(src, folder, params, lbp_from),
+                            origin=origin)
+
+  native = None
+  if 'scales' in params and params['srs_lbp']:  # SRS-LBP from the native entry, built once
+    native = built({k: v for k, v in params.items() if k != 'scales'})
+  return PatchSource(built(params, native))
 
 
 class PKBatches:
