@@ -35,6 +35,8 @@ from launch import cli, flags as shared_flags
 
 NAME = flags.DEFINE_string('name', None, 'The record: bench/records/NAME.json.')
 NOTE = flags.DEFINE_string('note', '', 'What else a reader of the record needs to know.')
+TRAIN = flags.DEFINE_bool('train', True, 'Train first (--notrain: score the workdir\'s model '
+                          'as it is, e.g. with other eval settings).')
 flags.mark_flag_as_required('name')
 
 TRAIN_DATA = 'data/fragments-synth'
@@ -104,6 +106,9 @@ def score(config, workdir):
     if chosen is None:
       chosen = dict(scores['tuned_settings'], chosen_on='valfam')
       scores['tuned_settings'] = chosen
+    # The issue's measure: writer mAP as a multiple of SRS-LBP's on the same set.
+    scores['ratio'] = {m: scores[m]['writer']['map'] / scores['srs_lbp']['writer']['map']
+                       for m in ('encoder', 'tuned')}
     results[name] = scores
     print(f'{name}: writer mAP encoder {scores["encoder"]["writer"]["map"]:.3f}, tuned '
           f'{scores["tuned"]["writer"]["map"]:.3f}, SRS-LBP '
@@ -122,14 +127,16 @@ def main(argv):
   data = shared_flags.DATA.value or TRAIN_DATA
   workdir = shared_flags.WORKDIR.value
   config.data.cache_dir = _path(CACHE)
-  seconds = train(workdir, data)
+  seconds = train(workdir, data) if TRAIN.value else 0.0
   results = score(config, workdir)
   results['train_seconds'] = seconds
   command = 'python -m bench.fragment_family ' + ' '.join(map(shlex.quote, sys.argv[1:]))
-  note = (f'Training ({results["step"]} steps) took {seconds:.0f} s of wall time on 2 CPU '
-          'cores, heavy jobs serialised by a lock (a restart resumes, so after an interruption '
-          'this is the last leg only). valfam chose the post-processing; test and third '
-          'applied it unchanged. ' + NOTE.value).strip()
+  trained = (f'Training ({results["step"]} steps) took {seconds:.0f} s of wall time on 2 CPU '
+             'cores, heavy jobs serialised by a lock (a restart resumes, so after an '
+             'interruption this is the last leg only).' if TRAIN.value else
+             f'The model of {workdir} as it was (step {results["step"]}), not trained again.')
+  note = (f'{trained} valfam chose the post-processing; test and third applied it unchanged. '
+          f'{NOTE.value}').strip()
   print(records.add(NAME.value, workdir, [c for _, _, c in SETS] + [command], '', note,
                     scores=results))
 
