@@ -33,11 +33,11 @@ from absl import flags
 from bench import common, records
 from launch import cli, flags as shared_flags
 
-NAME = flags.DEFINE_string('name', None, 'The record: bench/records/NAME.json.')
+NAME = flags.DEFINE_string('name', '', 'Keep the scores as bench/records/NAME.json (none: '
+                           'only print them).')
 NOTE = flags.DEFINE_string('note', '', 'What else a reader of the record needs to know.')
 TRAIN = flags.DEFINE_bool('train', True, 'Train first (--notrain: score the workdir\'s model '
                           'as it is, e.g. with other eval settings).')
-flags.mark_flag_as_required('name')
 
 TRAIN_DATA = 'data/fragments-synth'
 CACHE = 'data/fragment-cache'
@@ -132,13 +132,15 @@ def main(argv):
   results['train_seconds'] = seconds
   command = 'python -m bench.fragment_family ' + ' '.join(map(shlex.quote, sys.argv[1:]))
   trained = (f'Training ({results["step"]} steps) took {seconds:.0f} s of wall time on 2 CPU '
-             'cores, heavy jobs serialised by a lock (a restart resumes, so after an '
-             'interruption this is the last leg only).' if TRAIN.value else
+             'cores shared with other work (heavy jobs take turns under a lock; others\' '
+             'tests may not), so slower than on a quiet machine; a restart resumes, so after '
+             'an interruption this is the last leg only.' if TRAIN.value else
              f'The model of {workdir} as it was (step {results["step"]}), not trained again.')
   note = (f'{trained} valfam chose the post-processing; test and third applied it unchanged. '
           f'{NOTE.value}').strip()
-  print(records.add(NAME.value, workdir, [c for _, _, c in SETS] + [command], '', note,
-                    scores=results))
+  if NAME.value:
+    print(records.add(NAME.value, workdir, [c for _, _, c in SETS] + [command], '', note,
+                      scores=results))
 
 
 if __name__ == '__main__':

@@ -118,6 +118,24 @@ SAGHOG_ARMS = (
     ('ViT MaskFeat-pre-trained + NetRVLAD, layer decay 0.75: val\'s choice, `make demo-saghog`',
      'saghog-demo-ld0.75'),
     ('ViT MaskFeat-pre-trained + NetRVLAD, no layer decay', 'saghog-demo-ld1'))
+# Issue 40: a fragment recipe scored by bench/fragment_family.py on three sets, writer mAP;
+# "x SRS-LBP" divides by SRS-LBP's on the same set.
+FAMILY_SETS = (('validation family (chooses)', 'valfam'), ('own test (reports)', 'test'),
+               ('third draw (reports)', 'third'))
+FAMILY_SUMMARY = tuple(
+    column for label, key in FAMILY_SETS for column in (
+        (f'{label}: SRS-LBP', f'{key}/srs_lbp/writer/map'),
+        ('encoder + post-processing', f'{key}/tuned/writer/map'),
+        ('x SRS-LBP', f'{key}/ratio/tuned')))
+FAMILY_COLUMNS = tuple(
+    column for label, key in FAMILY_SETS for column in (
+        (f'{label}: SRS-LBP', f'{key}/srs_lbp/writer/map'),
+        ('encoder', f'{key}/encoder/writer/map'), ('x SRS-LBP', f'{key}/ratio/encoder'),
+        ('+ post-processing', f'{key}/tuned/writer/map'), ('x SRS-LBP', f'{key}/ratio/tuned')))
+# (label, record), in the order they ran; each row changes one part of the row it names.
+FAMILY_RUNS = (
+    ('the recipe before (`configs/fragments.py:demo` as it was)', 'fragfam-demo'),)
+FAMILY_SUMMARY_RUNS = ('fragfam-demo',)  # the README's rows
 PROBE_COLUMNS = (('masked HOG error', 'reconstruction/loss'),
                  ('probe writer mAP', 'probe/writer/map'),
                  ('probe writer Top-1', 'probe/writer/top1'),
@@ -251,6 +269,10 @@ TABLES = {
         for label, record in SAGHOG_ARMS) + tuple(
         (f"test: {label}, encoder + val's post-processing", record, 'test/tuned/')
         for label, record in SAGHOG_ARMS)),
+    'fragments-family': (FAMILY_COLUMNS, tuple(
+        (label, record, '') for label, record in FAMILY_RUNS)),
+    'fragments-family-summary': (FAMILY_SUMMARY, tuple(
+        (label, record, '') for label, record in FAMILY_RUNS if record in FAMILY_SUMMARY_RUNS)),
     'maskfeat-demo': (PROBE_COLUMNS, (
         ('val writers: the untrained trunk', 'maskfeat-demo-untrained', 'val/'),
         ('val writers: `configs/maskfeat.py:demo`, 600 steps', 'maskfeat-demo', 'val/'))),
