@@ -180,3 +180,36 @@ def test_a_match_changed_since_indexing_is_named_with_what_to_do(tmp_path, damag
   with pytest.raises(errors.UserError, match=f'{changed}: {why}.*rerun python -m launch.index'):
     search.page('t', 'intro', [('query', [(str(shown), 'q', 'red'),
                                           (str(changed), 'm', 'grey')])])
+
+
+@pytest.mark.parametrize('whitening_dims, fusion_weight', [(0, 0.0), (8, 0.0), (8, 0.4)])
+def test_the_search_ranks_as_the_evaluator_scores(whitening_dims, fusion_weight):
+  """The two fused distances, one function of the settings: search.Searcher over the
+  descriptors an index stores (aggregated, power, L2) and evaluate.Pipeline.distances over the
+  same patch embeddings (whitening fitted on the set itself, eval.whitening='self'), with
+  every pair in the z statistics at this size. The search shows the encoder's distance
+  z-normalised even without fusion: the same order."""
+  from configs import fragments
+  from retrieval import evaluate
+  config = fragments.get_config('test')
+  config.eval.whitening = 'self'
+  rng = np.random.default_rng(5)
+  starts = np.concatenate([[0], np.cumsum(rng.integers(1, 6, 60))])
+  patches = rng.normal(size=(starts[-1], 16)).astype(np.float32)
+  lbp = np.sqrt(rng.gamma(0.5, size=(60, 30))).astype(np.float32)
+  settings = dict(power=0.7, whitening_dims=whitening_dims, rerank_k=0,
+                  fusion_weight=fusion_weight)
+  pipeline = evaluate.Pipeline(config, patches, starts, lbp, whitening_fit=None)
+  expected = pipeline.distances(settings)
+  if not fusion_weight:
+    expected = aggregate.z_normalise(expected)
+  np.fill_diagonal(expected, np.inf)
+
+  index = index_scale.synthetic_index(60)
+  entries = dataclasses.replace(index.entries, descriptors=pipeline.descriptors(0.7), lbp=lbp)
+  searcher = search.Searcher.of(dataclasses.replace(
+      index, entries=entries, header=dict(index.header, settings=settings)))
+  rows, dist = searcher.nearest(searcher.descriptors, searcher.lbp, 59, np.arange(60))
+  np.testing.assert_array_equal(rows, np.argsort(expected, axis=1, kind='stable')[:, :59])
+  np.testing.assert_allclose(dist, np.take_along_axis(expected, rows, 1), rtol=1e-4,
+                             atol=1e-4)
