@@ -254,3 +254,55 @@ def test_another_checkpoint_at_the_same_step_is_not_taken_for_the_indexed_one(
   out = run_module('launch.index', CONFIG, '--workdir', workdir, '--collection',
                    indexed['folder']).stdout
   assert 'rebuilding it whole' in out
+
+
+def ranked_blocks(out):
+  """Per query of launch.search's text: [(path, distance)] in rank order."""
+  return [[(line.split(None, 2)[2], float(line.split()[1])) for line in block.splitlines()[1:]
+           if re.match(r'\s+\d+\.', line)] for block in out.split('\nQuery ')[1:]]
+
+
+def test_a_query_changed_since_indexing_is_embedded_afresh(indexed, tmp_path):
+  """An indexed file whose content changed is searched as it is now (its stale descriptor
+  unused): as its new content would be from outside the folder, under the same name."""
+  folder, paths = indexed['folder'], indexed['grown'].entries.paths.tolist()
+  jpgs = [p for p in paths if p.endswith('.JPG')]
+  changed, other = folder / jpgs[0], folder / jpgs[-1]
+  outside = tmp_path / 'elsewhere' / os.path.basename(jpgs[0])  # the name seeds the patches
+  outside.parent.mkdir()
+  shutil.copy(other, outside)
+  kept, times = changed.read_bytes(), os.stat(changed)
+  try:
+    shutil.copy(other, changed)
+    out = run_module('launch.search', '--workdir', indexed['workdir'], '--query', changed,
+                     outside, '--top', 5, '--out', tmp_path / 'found.html').stdout
+  finally:
+    changed.write_bytes(kept)
+    os.utime(changed, ns=(times.st_atime_ns, times.st_mtime_ns))
+  assert f'{changed} changed since it was indexed: embedded afresh' in out
+  now, fresh = ranked_blocks(out)
+  assert now == fresh and now[0][0] == jpgs[-1]  # its new content's own copy, first
+
+
+def test_the_index_holds_the_evaluators_descriptors(fragment_evaluated, fragment_data, tmp_path):
+  """The test split's files indexed as a collection: each image's descriptor is the one the
+  evaluator scores it by (the same patches, embeddings, sum and the val-chosen power)."""
+  from bengrapheme import eval_only
+  from configs import fragments
+  from retrieval import aggregate, data, evaluate
+  workdir = tmp_path / 'workdir'
+  shutil.copytree(fragment_evaluated, workdir, ignore=shutil.ignore_patterns('index'))
+  folder = os.path.join(fragment_data, 'test')
+  run_module('launch.index', CONFIG, '--workdir', workdir, '--collection', folder)
+  index = load(workdir)
+  config = fragments.get_config('test')
+  config.data.dir = fragment_data
+  _, model = eval_only.trained_model(config, str(workdir))
+  src = data.source(config, str(workdir), 'test')
+  expected = aggregate.fragment_descriptors(
+      evaluate.patch_embeddings(config, model, src), src.starts, method='sum',
+      alpha=index.header['settings']['power'])
+  rows = {p: r for r, p in enumerate(index.entries.paths.tolist())}
+  assert sorted(rows) == sorted(src.names)
+  np.testing.assert_allclose(index.entries.descriptors[[rows[n] for n in src.names]], expected,
+                             rtol=1e-5, atol=1e-6)
