@@ -91,6 +91,12 @@ def make(config, task, workdir, names=None, skipped=None):
       if skipped is not None:
         skipped[name] = str(e)
   if names and not found:
+    if config.data.get('format') == 'collection':  # no split of it can have labels
+      off = ' '.join(f'--config.evals.{n}.every=0' for n in names)
+      raise errors.UserError(
+          f"config.evals {', '.join(names)}: data.format='collection' has no labels to "
+          f'score; train without evaluations ({off}), or score on a labelled dataset (--data '
+          'in the HisFrag20 layout)')
     raise errors.UserError(f'config.evals {", ".join(names)}: no split has labels to score; '
                            'add one that does (e.g. val)')
   tune = config.eval.tune_split

@@ -416,11 +416,11 @@ def _train(config, workdir, task, cleanup):
     console.say(f'Resumed from {workdir} at step {restored_step}.')
   elif hasattr(task, 'init_from_data'):  # optional (protocols.DataInit), on a fresh start only
     state = task.init_from_data(config, workdir, graphdef, state, mesh)
+  # Made before the first step, so a config with no split to score fails at once (and
+  # before config.json, which it would leave behind).
+  in_training = evaluators.make(config, task, workdir, evaluators.in_training(config))
   save_config(config, workdir)  # only now: a refused checkpoint keeps its own config.json
   start = int(jax.device_get(state['step']))
-
-  # Made before the first step, so a config with no split to score fails at once.
-  in_training = evaluators.make(config, task, workdir, evaluators.in_training(config))
   logger = logs.MetricLogger(workdir, resume_step=start)
   cleanup.callback(logger.close)
   progress = console.TrainingProgress(config.train.steps, start, config.train.batch_size)

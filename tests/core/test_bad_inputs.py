@@ -428,6 +428,12 @@ CASES = [
          train_cli('--config.train.batch_size=100000', config='configs/maskfeat.py:test'),
          CLIError, r'train\.batch_size=100000: the training images hold only [\d,]+ patches, '
          r'and a batch takes distinct ones; lower it', left=files_in_work_but_prepared),
+    # MaskFeat's demo on a collection: its probe's writers cannot be there; what to pass.
+    Case('maskfeat-probe-on-a-collection', 'fragments', no_damage,
+         train_cli('--config.data.format=collection', config='configs/maskfeat.py:demo'),
+         CLIError, r"config\.evals val: data\.format='collection' has no labels to score; "
+         r'train without evaluations \(--config\.evals\.val\.every=0\)',
+         left=files_in_work_but_prepared),
     # The rendered graphemes' fonts not installed (`make fonts` skipped).
     Case('rendered-fonts-missing', 'grapheme', no_damage,
          train_cli(env={'BENGRAPHEME_GOOGLE_FONTS': '/nonexistent/google-fonts'}), CLIError,
