@@ -17,7 +17,7 @@ FRAG_DATA := data/fragments-synth
 FRAG_WORKDIR := workdirs/fragments-demo
 
 .PHONY: setup setup-test fonts system-packages test-packages demo demo-fragments demo-saghog test \
-  wheelhouse
+  wheelhouse serve-demo
 # What the demos need (a 1.5 GB venv); setup-test adds the tests' extras (README: Two commands).
 setup: $(VENV)/.installed fonts
 setup-test: setup $(VENV)/.installed-test test-packages
@@ -69,6 +69,13 @@ $(FRAG_DATA)/test: | setup
 demo-fragments: setup $(FRAG_DATA)/test
 	$(PY) -m launch.train --config configs/fragments.py:demo --data $(FRAG_DATA) --workdir $(FRAG_WORKDIR)
 	$(PY) -m launch.evaluate --config configs/fragments.py:demo --data $(FRAG_DATA) --workdir $(FRAG_WORKDIR)
+
+# The scholars' workbench over the fragments demo: trains it first if its workdir has no
+# evaluated checkpoint, indexes the test writers' folder, serves http://127.0.0.1:8765/.
+serve-demo: setup $(FRAG_DATA)/test
+	[ -f $(FRAG_WORKDIR)/eval/metrics.json ] || $(MAKE) demo-fragments
+	$(PY) -m launch.index --config configs/fragments.py:demo --workdir $(FRAG_WORKDIR) --collection $(FRAG_DATA)/test
+	$(PY) -m launch.serve --workdir $(FRAG_WORKDIR)
 
 # SAGHOG at CPU size: MaskFeat pre-training of a ViT, then the fragment fine-tune from it
 # (configs/fragments.py:recipe=saghog reads workdirs/maskfeat-demo; docs/fragments.md).

@@ -51,7 +51,7 @@ from bench import common
 from bengrapheme import files
 
 MODULES = ('input_pipeline', 'train_step', 'metrics_speed', 'sharding', 'fragment_features',
-           'index_scale', 'checkpoint_save')
+           'index_scale', 'checkpoint_save', 'serve_round')
 # Run only when named with --only: ~1 h and ~45 GB of disk (bench/real_sizes.py).
 ON_REQUEST = ('real_sizes',)
 RESULTS = os.path.join(common.ROOT, 'bench', 'results.json')
@@ -63,7 +63,8 @@ BEGIN, END = '<!-- bench:begin -->', '<!-- bench:end -->'
 SUMMARY_ROWS = ('grapheme training batches read a batch at a time',
                 'train step, grapheme_demo (JAX', 'train step, efficientnet_b0_128 (JAX',
                 'jit compile, efficientnet_b0_128', 'hierarchical macro recall',
-                'search: one query against 350,000')
+                'search: one query against 350,000',
+                "workbench: one image's round of 20 candidate joins, 350,000")
 SUMMARY_BEGIN, SUMMARY_END = '<!-- bench-summary:begin -->', '<!-- bench-summary:end -->'
 MODULE_TIMEOUT = 30 * 60  # a hung module must not hang the run
 ON_REQUEST_TIMEOUT = 150 * 60

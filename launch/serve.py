@@ -69,6 +69,7 @@ def main(argv):
                            f'({e.strerror}); pick another --port')
   sock.listen(128)  # requests wait in the backlog until the server takes them
   app = app_lib.create(settings)
+  app.state.workbench.candidates()  # the collection's closest pairs, before the first round
   port = sock.getsockname()[1]  # the one the system chose for --port 0
   host = f'[{HOST.value.strip("[]")}]' if ':' in HOST.value else HOST.value
   console.show(f'Workbench over {len(app.state.workbench.paths):,} images of '

@@ -63,9 +63,17 @@ class Workbench:
     self.row_of = {p: r for r, p in enumerate(self.paths)}
     self.searcher = search.Searcher.of(self.index)
     self.decisions = db_lib.Decisions(settings.db)
-    self.candidates = rounds.candidate_pairs(settings.folder, self.searcher,
-                                             settings.candidates)
+    self._candidates, self._ranking = None, threading.Lock()
     self.embedding = threading.Lock()  # one upload embedded at a time: the model is large
+
+  def candidates(self):
+    """The collection's closest pairs, ranked at the first call (launch.serve makes it
+    before it opens) and kept beside the index."""
+    with self._ranking:
+      if self._candidates is None:
+        self._candidates = rounds.candidate_pairs(self.settings.folder, self.searcher,
+                                                  self.settings.candidates)
+      return self._candidates
 
   def row(self, path):
     if path not in self.row_of:
@@ -159,7 +167,7 @@ def create(settings):
     h = bench.index.header
     return dict(images=len(bench.paths), root=h['root'], step=h['step'],
                 checkpoint=h.get('checkpoint'), settings=h['settings'], db=settings.db,
-                round_size=settings.round_size, candidates=len(bench.candidates),
+                round_size=settings.round_size, candidates=len(bench._candidates or ()),
                 decisions=len(bench.decisions.standing()))
 
   @app.get('/api/items')
@@ -197,7 +205,7 @@ def create(settings):
     if path:
       pairs = rounds.image_round(bench.searcher, bench.paths, bench.row(path), decided, size)
     else:
-      pairs = rounds.collection_round(bench.candidates, bench.paths, decided, size)
+      pairs = rounds.collection_round(bench.candidates(), bench.paths, decided, size)
     return dict(pairs=pairs, anchor=path or None, decided=len(decided))
 
   @app.post('/api/decisions')
