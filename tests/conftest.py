@@ -115,14 +115,19 @@ def grapheme_evaluated(grapheme_data, grapheme_trained):
   return grapheme_trained
 
 
-@pytest.fixture(scope='session')
-def fragment_evaluated(fragment_data, tmp_path_factory):
-  """configs/fragments.py:test trained (6 steps), then evaluated by launch.evaluate."""
-  workdir = str(tmp_path_factory.mktemp('fragment_run') / 'workdir')
-  args = ['--config=configs/fragments.py:test', '--data', fragment_data, '--workdir', workdir]
+def trained_and_evaluated(config, data, workdir):
+  """`workdir` (a str) after launch.train then launch.evaluate of `config` on `data`."""
+  args = [f'--config={config}', '--data', data, '--workdir', workdir]
   run_module('launch.train', *args)
   run_module('launch.evaluate', *args)
   return workdir
+
+
+@pytest.fixture(scope='session')
+def fragment_evaluated(fragment_data, tmp_path_factory):
+  """configs/fragments.py:test trained (6 steps), then evaluated by launch.evaluate."""
+  return trained_and_evaluated('configs/fragments.py:test', fragment_data,
+                               str(tmp_path_factory.mktemp('fragment_run') / 'workdir'))
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from flax import nnx
 
 from bengrapheme import checkpoint, parallel, train
 from configs import fragments, maskfeat
-from conftest import run_module
+from conftest import run_module, trained_and_evaluated
 from retrieval.maskfeat import hog, losses
 from models.test_finetune import updates
 from test_probe import average_precision
@@ -96,11 +96,8 @@ def test_layer_decay_scales_each_blocks_update():
 @pytest.fixture(scope='module')
 def pretrained(fragment_data, tmp_path_factory):
   """configs/maskfeat.py:test trained 6 steps and evaluated by launch.evaluate."""
-  workdir = str(tmp_path_factory.mktemp('maskfeat') / 'workdir')
-  args = ['--config=configs/maskfeat.py:test', '--data', fragment_data, '--workdir', workdir]
-  run_module('launch.train', *args)
-  run_module('launch.evaluate', *args)
-  return workdir
+  return trained_and_evaluated('configs/maskfeat.py:test', fragment_data,
+                               str(tmp_path_factory.mktemp('maskfeat') / 'workdir'))
 
 
 def test_pretraining_evaluates_reconstruction_and_the_writer_probe(pretrained, fragment_data):
