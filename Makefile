@@ -18,7 +18,8 @@ FRAG_WORKDIR := workdirs/fragments-demo
 
 .PHONY: setup setup-test fonts system-packages test-packages demo demo-fragments demo-saghog test \
   wheelhouse serve-demo
-# What the demos need (a 1.5 GB venv); setup-test adds the tests' extras (README: Two commands).
+# What the demos need; setup-test adds the tests' extras (README: Two commands; their sizes:
+# docs/benchmarks.md#what-the-setup-installs).
 setup: $(VENV)/.installed fonts
 setup-test: setup $(VENV)/.installed-test test-packages
 
@@ -29,9 +30,8 @@ $(VENV)/.installed: requirements.txt
 	touch $@
 
 # bench/requirements-bench.txt: requirements-torch.txt, the PyTorch references the backbone
-# tests and a benchmark compare against (a CUDA build of torch: ~2.7 GB of wheels, ~5.3 GB
-# installed, ~2-3 min; requirements-torch.txt says why), and Albumentations for the third
-# grapheme family. Neither demo imports them.
+# tests and a benchmark compare against (a CUDA build of torch; requirements-torch.txt says
+# why), and Albumentations for the third grapheme family. Neither demo imports them.
 $(VENV)/.installed-test: $(VENV)/.installed requirements-torch.txt bench/requirements-bench.txt
 	$(PY) -m pip install -q -r bench/requirements-bench.txt
 	touch $@
