@@ -66,9 +66,21 @@ $(FRAG_DATA)/test: | setup
 	$(PY) -m retrieval.synth --out $(FRAG_DATA) --writers-train 60 --writers-test 30 \
 	  --pages-per-writer 4 --seed 0 --workers 2
 
-demo-fragments: setup $(FRAG_DATA)/test
+# The fragment validation family (chooses) and the third draw (reports): retrieval/synth_val.py.
+data/fragments-valfam/test: | setup
+	$(PY) -m retrieval.synth_val --out data/fragments-valfam --writers 40 --seed 0 --workers 2
+
+data/fragments-third/test: | setup
+	$(PY) -m retrieval.synth_val --out data/fragments-third --writers 32 --seed 1 --draw third \
+	  --workers 2
+
+# Train the recipe the validation family chose (configs/fragments.py:demo), evaluate it on its
+# own val and test, then on the three sets (bench/fragment_family.py: the family chooses the
+# post-processing, test and the third draw report).
+demo-fragments: setup $(FRAG_DATA)/test data/fragments-valfam/test data/fragments-third/test
 	$(PY) -m launch.train --config configs/fragments.py:demo --data $(FRAG_DATA) --workdir $(FRAG_WORKDIR)
 	$(PY) -m launch.evaluate --config configs/fragments.py:demo --data $(FRAG_DATA) --workdir $(FRAG_WORKDIR)
+	$(PY) -m bench.fragment_family --notrain --config configs/fragments.py:demo --workdir $(FRAG_WORKDIR)
 
 # The scholars' workbench over the fragments demo: trains it first if its workdir has no
 # evaluated checkpoint, indexes the test writers' folder, serves http://127.0.0.1:8765/.
