@@ -49,7 +49,7 @@ def resolve(root, relative, indexed):
   return real
 
 
-@functools.lru_cache(maxsize=2048)
+@functools.lru_cache(maxsize=256)  # thumbnails and the pairs of a round or two
 def png(path, longest, stamp):
   """PNG bytes of the image as a person sees it (retrieval/collection.py), its longest side
   at most `longest` px (0: full size). `stamp` (size, mtime) keys the cache to the file."""
