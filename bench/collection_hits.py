@@ -37,9 +37,12 @@ def load_config(spec):
   return module.get_config(variant) if variant else module.get_config()
 
 
-def hits(searcher, writers):
-  """{hit10, top1, num_queries} over the queries whose writer has another fragment."""
+def hits(searcher, writers, among=None):
+  """{hit10, top1, num_queries} over the queries whose writer has another fragment (and,
+  given `among`, a bool mask of the rows, that are among those)."""
   answerable = np.bincount(writers)[writers] > 1
+  if among is not None:
+    answerable &= among
   hit, first = np.zeros(len(writers), bool), np.zeros(len(writers), bool)
   for start in range(0, len(writers), search.BLOCK):
     rows = np.arange(start, min(start + search.BLOCK, len(writers)))

@@ -95,6 +95,9 @@ def get_config(arg='demo'):
   # The val split: a val_writers share of train/'s writers, drawn by val_seed and left out of
   # training (retrieval/data.py), on which the evaluator chooses its post-processing.
   c.data.update(format='folder', val_writers=0.2, val_seed=0)
+  # decisions: the workbench's database (launch.serve --db): accepted and rejected pairs of a
+  # collection trained beside its surrogate classes (retrieval/workbench/learn.py).
+  c.data.decisions = ''
   # Training and evaluation read 32x32 binarised patches centred on ink at SIFT keypoints, at
   # each fragment's own resolution (retrieval/patches.py), at most max_patches a fragment,
   # with an ink share within ink_bounds.

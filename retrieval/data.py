@@ -15,7 +15,7 @@ import cv2
 import jax
 import numpy as np
 
-from bengrapheme import cache, console, evaluation, files, input as input_lib
+from bengrapheme import cache, console, errors, evaluation, files, input as input_lib
 from retrieval import collection, lbp, patches, reader, surrogate
 
 CACHE_LAYOUT = 3  # bump when the cache's files or the patch sampler change
@@ -315,6 +315,11 @@ def check_data(config):
   """Fails fast (before the trainer takes its workdir) when the training folder is missing,
   empty or holds something other than WID_PID_FID.jpg fragments; a TFDS build is checked
   when it is opened."""
+  if config.data.get('decisions') and (config.data.format != COLLECTION or
+                                       config.train.labels != 'surrogate'):
+    raise errors.ConfigError(f'data.decisions={config.data.decisions}: the workbench\'s '
+                             'decisions train a collection with surrogate classes; use '
+                             '--config configs/fragments.py:data=collection')
   if config.data.format == 'folder':
     reader.list_fragments(os.path.join(data_dir(config), 'train'))
   elif config.data.format == COLLECTION:
@@ -331,8 +336,17 @@ def train_data(config, workdir, local_batch):
   labels = (src.patch_writer if config.train.labels == 'writer'
             else surrogate.labels(config, workdir, src))
   p, k = writers_and_per_writer(config)
+  sampler = None
+  if config.data.get('decisions'):  # the workbench's decisions beside the surrogate classes
+    from retrieval.workbench import learn
+    root = data_dir(config)
+    relative = [os.path.relpath(f.path, root).replace(os.sep, '/')
+                for f in listing(config, 'train').fragments]
+    labels, decided, partners = learn.snapshot(workdir, config.data.decisions, relative,
+                                               src.fragment_of, labels)
+    sampler = learn.DecisionBatches(labels, decided, partners, p, k, config.seed)
   return input_lib.train_stream(
-      PKBatches(labels, p, k, config.seed),
+      sampler or PKBatches(labels, p, k, config.seed),
       lambda idx: {'image': src.patches()[idx][..., None], 'label': labels[idx]},
       local_batch=local_batch, process_index=jax.process_index(),
       num_threads=config.input.num_threads)
