@@ -168,6 +168,10 @@ def get_config(arg='demo'):
   elif a.size == 'test':
     c.model.args = dict(depth=8, width=4, dtype='float32')
     c.model.embedding_dim = 16
+  elif a.data != 'collection':
+    # The demo's choices on the validation family (retrieval/synth_val.py; docs/fragments.md,
+    # records fragfam-*): scale augmentation and its test-time counterpart at 0.7, 1, 1.4.
+    c.input.update(scales=(0.7, 1.0, 1.4), eval_scales=(0.7, 1.0, 1.4))
   if a.size == 'hisfrag20':
     full_size(c)
   elif a.size == 'test':
