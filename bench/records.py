@@ -135,8 +135,9 @@ FAMILY_COLUMNS = tuple(
 # (label, record), in the order they ran; each row changes one part of the row it names.
 FAMILY_RUNS = (
     ('the recipe before (`configs/fragments.py:demo` as it was)', 'fragfam-demo'),
-    ('+ scale augmentation 0.7 / 1 / 1.4, in training and at test time', 'fragfam-scales'))
-FAMILY_SUMMARY_RUNS = ('fragfam-demo',)  # the README's rows
+    ('+ scale augmentation 0.7 / 1 / 1.4, in training and at test time: the family\'s '
+     'choice, `make demo-fragments`', 'fragfam-scales'))
+FAMILY_SUMMARY_RUNS = ('fragfam-demo', 'fragfam-scales')  # the README's rows
 PROBE_COLUMNS = (('masked HOG error', 'reconstruction/loss'),
                  ('probe writer mAP', 'probe/writer/map'),
                  ('probe writer Top-1', 'probe/writer/top1'),
