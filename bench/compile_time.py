@@ -1,0 +1,73 @@
+"""Where the EfficientNet-B0 train step's compile time goes (bench/train_step.py's case, the
+target issue 38 set at 10 s): trace + lower, then XLA's compile, of the trainer's step as it
+is and of two variants that each take one part away, each in a process of its own.
+
+  python -m bench.compile_time --record compile-time
+
+  step        train.make_train_step as bench/train_step.py compiles it
+  sgd         the same with plain SGD in place of global-norm clipping + AdamW: what the
+              optimizer's per-parameter kernels cost
+  native_dw   the same with XLA's grouped convolution in place of bengrapheme/models/
+              depthwise.py on CPU (slow to run, bench/train_step.py): what its loops cost
+"""
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+
+from bench import common, records
+
+VARIANTS = ('step', 'sgd', 'native_dw')
+
+
+def measure(variant):
+  import optax
+  from jax import lax
+  from bench import train_step
+  from bengrapheme import train
+  from bengrapheme.grapheme import task
+  from bengrapheme.models import depthwise
+  if variant == 'sgd':
+    schedule_of = train.optimizer
+    train.optimizer = lambda config: (optax.sgd(schedule_of(config)[1]), schedule_of(config)[1])
+  if variant == 'native_dw':
+    depthwise.conv = lambda x, w, strides, padding: lax.conv_general_dilated(
+        x, w, strides, padding, dimension_numbers=('NHWC', 'HWIO', 'NHWC'),
+        feature_group_count=x.shape[-1])
+  config = train_step.make_config('efficientnet_b0_128')
+  state, jitted, batch = common.trainer_step(config, task,
+                                             train_step.synthetic_batch(config, (128, 128)))
+  start = time.perf_counter()
+  lowered = jitted.lower(state, batch)
+  lowered_at = time.perf_counter()
+  compiled = lowered.compile()
+  done = time.perf_counter()
+  fusions = len(re.findall(r'^\s*%?\S*fusion\S* = ', compiled.as_text(), re.M))
+  return dict(lower_s=round(lowered_at - start, 2), compile_s=round(done - lowered_at, 2),
+              total_s=round(done - start, 2), fusions=fusions)
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--record', default='')
+  parser.add_argument('--variant', choices=VARIANTS, help=argparse.SUPPRESS)
+  args = parser.parse_args()
+  if args.variant:  # a worker: one variant in a fresh process (no cache shared)
+    print(json.dumps(measure(args.variant)))
+    return
+  scores = {}
+  for variant in VARIANTS:
+    out = subprocess.run([sys.executable, '-m', 'bench.compile_time', '--variant', variant],
+                         cwd=common.ROOT, check=True, capture_output=True, text=True).stdout
+    scores[variant] = json.loads(out.strip().splitlines()[-1])
+    print(variant, scores[variant], flush=True)
+  if args.record:
+    command = 'python -m bench.compile_time --record ' + args.record
+    print(records.add(args.record, None, [command], '', 'one process a variant, no '
+                      'compilation cache; 2 cores shared with no other job', scores=scores))
+
+
+if __name__ == '__main__':
+  main()
