@@ -158,6 +158,14 @@ FEED_CHECK = (('input examples/s', 'input_per_s'), ('host cores it kept busy', '
               ('train step examples/s', 'step_per_s'),
               ('input bounds (1) or step (0)', 'input_bound'))
 
+# bench/decisions_retrain.py: a collection trained before and after the scholars' decisions.
+DECISION_COLUMNS = (('top 10 hold the same writer', 'hit10'),
+                    ('nearest is the same writer', 'top1'),
+                    ('top 10, queries in no decided pair', 'undecided_hit10'),
+                    ('nearest, queries in no decided pair', 'undecided_top1'),
+                    ('queries', 'num_queries'),
+                    ('in no decided pair', 'undecided_num_queries'))
+
 TABLES = {
     'dry-run-costs': (DRY_RUN, (
         ('`configs/grapheme.py:kaggle`, its batch of 256, 1 CPU device', 'preflight-checks',
@@ -256,6 +264,11 @@ TABLES = {
         ('other collection: encoder', 'fragments-demo-other', 'test/encoder/'),
         ("other collection: encoder + val's choice", 'fragments-demo-other',
          'test/tuned/'))),
+    'decisions-retrain': (DECISION_COLUMNS, (
+        ('before: surrogate classes only (`configs/fragments.py:data=collection`, 300 steps)',
+         'decisions-retrain', 'before/'),
+        ('after: the same training with 100 decisions (`--config.data.decisions`)',
+         'decisions-retrain', 'after/'))),
     'collection-hits': (HIT_COLUMNS, (
         ('test writers: encoder', 'fragments-collection-hits', 'test/encoder/'),
         ('test writers: SRS-LBP', 'fragments-collection-hits', 'test/srs_lbp/'),
