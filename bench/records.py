@@ -149,7 +149,8 @@ PROBE_COLUMNS = (('masked HOG error', 'reconstruction/loss'),
 SAME_TRAINING = (('arrays in the train state', 'arrays'),
                  ('arrays that differ', 'arrays_that_differ'),
                  ('largest difference', 'largest_difference'))
-COUNTS = ('num_queries', 'arrays', 'arrays_that_differ', 'params', 'ran', 'input_bound')
+COUNTS = ('num_queries', 'arrays', 'arrays_that_differ', 'params', 'ran', 'input_bound',
+          'fusions')
 # bench/preflight_checks.py: what launch.train --dry_run and --feed_check report.
 DRY_RUN = (('parameters', 'params'), ('GFLOP an image', 'gflop_per_image'),
            ('MiB per device', 'memory_per_device_mib'), ('of which temporaries', 'temporaries_mib'),
@@ -166,7 +167,23 @@ DECISION_COLUMNS = (('top 10 hold the same writer', 'hit10'),
                     ('queries', 'num_queries'),
                     ('in no decided pair', 'undecided_num_queries'))
 
+# bench/compile_time.py: EfficientNet-B0's train step compiled with a part taken away.
+COMPILE_TIME = (('trace + lower s', 'lower_s'), ("XLA's compile s", 'compile_s'),
+                ('in all s', 'total_s'), ('fusions', 'fusions'))
+# bench/setup_sizes.py: what the two setups install, in MB.
+SETUP_SIZES = (('demo venv, fresh', 'demo_venv_mb'), ('test venv', 'test_venv_mb'),
+               ('of which torch', 'torch_mb'), ('NVIDIA libraries', 'nvidia_mb'),
+               ('triton', 'triton_mb'), ('npm fonts', 'npm_fonts_mb'),
+               ("Debian's chromium", 'debian_chromium_mb'),
+               ('chromium-common', 'debian_chromium_common_mb'))
+
 TABLES = {
+    'compile-time': (COMPILE_TIME, (
+        ("the trainer's step (`bench/train_step.py`'s case)", 'compile-time', 'step/'),
+        ('plain SGD in place of global-norm clipping + AdamW', 'compile-time', 'sgd/'),
+        ("XLA's grouped convolution in place of `depthwise.py`'s loops", 'compile-time',
+         'native_dw/'))),
+    'setup-sizes': (SETUP_SIZES, (('this machine, MB', 'setup-sizes', ''),)),
     'dry-run-costs': (DRY_RUN, (
         ('`configs/grapheme.py:kaggle`, its batch of 256, 1 CPU device', 'preflight-checks',
          'kaggle/'),
