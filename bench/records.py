@@ -111,7 +111,7 @@ TTA_MARGINS = (
     ('the same run, margins (2, 4, 8)', 'grapheme-rootletters-w0.1-lr3.2e-2-tta2-4-8'))
 # Issue 29: SAGHOG's recipe at the CPU time of the ResNet-20 demo, one part switched at a time.
 SAGHOG_ARMS = (
-    ('ResNet-20 + GeM (`make demo-fragments`)', 'fragments-demo'),
+    ('ResNet-20 + GeM (`make demo-fragments` before the scales)', 'fragments-demo'),
     ('ViT from scratch + GeM', 'saghog-demo-gem-scratch'),
     ('ViT from scratch + NetRVLAD', 'saghog-demo-scratch'),
     ('ViT MaskFeat-pre-trained + NetRVLAD, layer decay 0.25', 'saghog-demo'),
@@ -275,8 +275,8 @@ TABLES = {
         ('val: encoder + what val chose (in-sample)', 'fragments-demo', 'val/tuned/'),
         ('test: SRS-LBP baseline', 'fragments-demo', 'test/srs_lbp/'),
         ('test: encoder', 'fragments-demo', 'test/encoder/'),
-        ("test: encoder + val's choice (`make demo-fragments`' headline)", 'fragments-demo',
-         'test/tuned/'),
+        ("test: encoder + val's choice (`make demo-fragments`' headline before the scales)",
+         'fragments-demo', 'test/tuned/'),
         ('other collection: SRS-LBP baseline', 'fragments-demo-other', 'test/srs_lbp/'),
         ('other collection: encoder', 'fragments-demo-other', 'test/encoder/'),
         ("other collection: encoder + val's choice", 'fragments-demo-other',
