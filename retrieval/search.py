@@ -274,8 +274,9 @@ def _write(out, title, intro, groups):
   files.write_atomic(out, page(title, intro, groups))
 
 
-def _query_vectors(workdir, index, searcher, paths):
-  """Descriptors and SRS-LBP rows of images outside the index, embedded as the index was."""
+def query_model(workdir, index):
+  """(config, model) the index was built with: the newest checkpoint of `workdir`, refused
+  when it is not the one the index's descriptors came from."""
   config = ml_collections.ConfigDict(json.loads(index.header['config']))
   _, model = eval_only.trained_model(config, workdir)
   built_with = index.header.get('checkpoint')
@@ -284,6 +285,12 @@ def _query_vectors(workdir, index, searcher, paths):
         f'the index was built with another checkpoint (step {index.header["step"]:,}, '
         f'{built_with or "from before checkpoints were identified"}) than the newest in '
         f'{workdir} (step {model.step:,}): rerun launch.index to rebuild it')
+  return config, model
+
+
+def query_vectors(config, model, index, searcher, paths):
+  """Descriptors and SRS-LBP rows of images outside the index, embedded as the index was
+  (config and model from query_model)."""
   found, problems = {}, []
 
   def keep(rows, entries, messages):
@@ -328,8 +335,8 @@ def search_files(workdir, folder, queries, top, out):
       descriptors[k], lbp_rows[k] = searcher.descriptors[r], searcher.lbp[r]
   outside = [k for k, r in enumerate(own) if r < 0]
   if outside:
-    descriptors[outside], lbp_rows[outside] = _query_vectors(
-        workdir, index, searcher, [queries[k] for k in outside])
+    descriptors[outside], lbp_rows[outside] = query_vectors(
+        *query_model(workdir, index), index, searcher, [queries[k] for k in outside])
   exclude = [r if r >= 0 and k not in outside else -1 for k, r in enumerate(own)]
   rows, dist = searcher.nearest(descriptors, lbp_rows, top, exclude)
   lines, groups = list(notes), []

@@ -65,6 +65,7 @@ class Workbench:
     self.decisions = db_lib.Decisions(settings.db)
     self._candidates, self._ranking = None, threading.Lock()
     self.embedding = threading.Lock()  # one upload embedded at a time: the model is large
+    self._model = None  # (config, model) of the index's checkpoint, restored at the first upload
 
   def candidates(self):
     """The collection's closest pairs, ranked at the first call (launch.serve makes it
@@ -114,8 +115,9 @@ class Workbench:
       path = os.path.join(tmp, safe or 'query')
       with open(path, 'wb') as f:
         f.write(data)
-      q, q_lbp = search._query_vectors(self.settings.workdir, self.index, self.searcher,
-                                       [path])
+      if self._model is None:
+        self._model = search.query_model(self.settings.workdir, self.index)
+      q, q_lbp = search.query_vectors(*self._model, self.index, self.searcher, [path])
     rows, dist = self.searcher.nearest(q, q_lbp, top)
     return self.matches(rows[0], dist[0])
 
