@@ -9,26 +9,31 @@ is and of two variants that each take one part away, each in a process of its ow
               optimizer's per-parameter kernels cost
   native_dw   the same with XLA's grouped convolution in place of bengrapheme/models/
               depthwise.py on CPU (slow to run, bench/train_step.py): what its loops cost
+  cached      the trainer's step in a second process, the first having filled a fresh
+              persistent compilation cache (bengrapheme/compile_cache.py, on in every launch
+              command): what a restart, a resume or launch.evaluate of the same config pays
 """
 import argparse
 import json
 import re
 import subprocess
 import sys
+import tempfile
 import time
 
 from bench import common, records
 
-VARIANTS = ('step', 'sgd', 'native_dw')
+VARIANTS = ('step', 'sgd', 'native_dw', 'cached')
 
 
-def measure(variant):
+def measure(variant, cache):
   import optax
   from jax import lax
   from bench import train_step
-  from bengrapheme import train
+  from bengrapheme import compile_cache, train
   from bengrapheme.grapheme import task
   from bengrapheme.models import depthwise
+  compile_cache.enable(cache)
   if variant == 'sgd':
     schedule_of = train.optimizer
     train.optimizer = lambda config: (optax.sgd(schedule_of(config)[1]), schedule_of(config)[1])
@@ -53,20 +58,32 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--record', default='')
   parser.add_argument('--variant', choices=VARIANTS, help=argparse.SUPPRESS)
+  parser.add_argument('--cache', default='', help=argparse.SUPPRESS)
   args = parser.parse_args()
-  if args.variant:  # a worker: one variant in a fresh process (no cache shared)
-    print(json.dumps(measure(args.variant)))
+  if args.variant:  # a worker: one variant in a fresh process
+    print(json.dumps(measure(args.variant, args.cache)))
     return
+
+  def worker(variant, cache=''):
+    out = subprocess.run([sys.executable, '-m', 'bench.compile_time', '--variant', variant,
+                          '--cache', cache],
+                         cwd=common.ROOT, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
   scores = {}
   for variant in VARIANTS:
-    out = subprocess.run([sys.executable, '-m', 'bench.compile_time', '--variant', variant],
-                         cwd=common.ROOT, check=True, capture_output=True, text=True).stdout
-    scores[variant] = json.loads(out.strip().splitlines()[-1])
+    if variant == 'cached':
+      with tempfile.TemporaryDirectory() as cache:
+        worker('step', cache)  # fills it
+        scores[variant] = worker('step', cache)
+    else:
+      scores[variant] = worker(variant)
     print(variant, scores[variant], flush=True)
   if args.record:
     command = 'python -m bench.compile_time --record ' + args.record
     print(records.add(args.record, None, [command], '', 'one process a variant, no '
-                      'compilation cache; 2 cores shared with no other job', scores=scores))
+                      'compilation cache but in `cached`; 2 cores shared with no other job '
+                      '(the fragment training beside it paused)', scores=scores))
 
 
 if __name__ == '__main__':

@@ -182,7 +182,9 @@ TABLES = {
         ("the trainer's step (`bench/train_step.py`'s case)", 'compile-time', 'step/'),
         ('plain SGD in place of global-norm clipping + AdamW', 'compile-time', 'sgd/'),
         ("XLA's grouped convolution in place of `depthwise.py`'s loops", 'compile-time',
-         'native_dw/'))),
+         'native_dw/'),
+        ("the trainer's step again, read back from the compilation cache a first process "
+         'filled (`--compile_cache`)', 'compile-time', 'cached/'))),
     'setup-sizes': (SETUP_SIZES, (('this machine, MB', 'setup-sizes', ''),)),
     'dry-run-costs': (DRY_RUN, (
         ('`configs/grapheme.py:kaggle`, its batch of 256, 1 CPU device', 'preflight-checks',

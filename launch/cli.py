@@ -5,20 +5,26 @@ none of them among ~90 absl flags and exits 1); anything else goes to absl's app
 error the user can fix (bengrapheme/errors.py) ends the run with its one-line message on
 stderr, status 1; Ctrl-C with one line saying what was interrupted and what was kept, status
 130; a bad flag with `Error: flag --NAME=VALUE: why`, status 1. --traceback (or
-BENGRAPHEME_TRACEBACK=1) shows the full traceback instead.
+BENGRAPHEME_TRACEBACK=1) shows the full traceback instead. Compiled programs are cached on
+disk (--compile_cache; bengrapheme/compile_cache.py).
 """
 import os
 import sys
 
 from absl import app, flags
 
-from bengrapheme import errors
+from bengrapheme import compile_cache, errors
 
 HELP = ('-h', '-?', '--help', '--helpshort')
 
 TRACEBACK = flags.DEFINE_bool(
     'traceback', False, 'On an error a user can fix, or Ctrl-C, print the full traceback '
     'rather than one line (also: BENGRAPHEME_TRACEBACK=1).')
+
+COMPILE_CACHE = flags.DEFINE_string(
+    'compile_cache', '~/.cache/bengrapheme/xla', 'Folder of XLA\'s persistent compilation '
+    'cache, so that a restart or another command on the same config reads its compiled '
+    'programs back rather than compiling them again (\'\': off).')
 
 
 def own_flags():
@@ -34,8 +40,9 @@ def own_flags():
 
 def usage(doc):
   lines = [(doc or '').strip(), '', 'Flags:']
-  # This module's --traceback last: first what the entry point itself is about.
-  for f in sorted(own_flags(), key=lambda f: f.name == TRACEBACK.name):
+  # This module's flags last: first what the entry point itself is about.
+  last = {COMPILE_CACHE.name: 1, TRACEBACK.name: 2}
+  for f in sorted(own_flags(), key=lambda f: last.get(f.name, 0)):
     default = '' if f.default in (None, '', False, []) else f' (default: {f.default})'
     lines.append(f'  --{f.name}: {" ".join(f.help.split())}{default}')
   lines.append('  --helpfull: every flag, absl\'s and jax\'s included')
@@ -44,7 +51,10 @@ def usage(doc):
 
 def one_line_errors(main):
   """main, ending with one line (not a traceback) on a user's error or Ctrl-C."""
-  return lambda argv: errors.run_reporting(main, argv, traceback=TRACEBACK.value)
+  def cached(argv):
+    compile_cache.enable(COMPILE_CACHE.value)
+    return main(argv)
+  return lambda argv: errors.run_reporting(cached, argv, traceback=TRACEBACK.value)
 
 
 def parse_flags(argv):

@@ -49,10 +49,14 @@ def dry_run(config, *overrides, devices=1, workdir=None, timeout=600):
     ('configs/fragments.py:test', 2, True),  # one given that does not exist stays absent
 ])
 def test_dry_run_prints_the_costs_and_writes_nothing(config, devices, workdir, tmp_path):
-  figures = dry_run(config, devices=devices,
+  """Nothing but the compiled programs, in the compilation cache it is given."""
+  cache = tmp_path / 'cache'
+  figures = dry_run(config, f'--compile_cache={cache}', devices=devices,
                     workdir=str(tmp_path / 'absent' / 'run') if workdir else None)
   assert figures['params'] > 0 and figures['gflops'] > 0
-  assert not os.listdir(tmp_path)
+  assert os.listdir(tmp_path) == ['cache']
+  [entries] = [os.listdir(cache / host) for host in os.listdir(cache)]
+  assert any(e.startswith('jit_train_step-') and e.endswith('-cache') for e in entries)
 
 
 @pytest.mark.parametrize('name, data', [('grapheme', 'grapheme_data'),

@@ -8,15 +8,15 @@ import pytest
 from conftest import ROOT, run_module
 
 FLAGS = {'launch.train': ('config', 'workdir', 'data', 'dry_run', 'dry_run_devices',
-                          'feed_check', 'feed_check_seconds', 'traceback'),
-         'launch.evaluate': ('config', 'workdir', 'data', 'evals', 'traceback'),
-         'launch.predict': ('config', 'workdir', 'data', 'traceback'),
-         'launch.score_distances': ('distances', 'data', 'out', 'traceback'),
-         'launch.index': ('config', 'workdir', 'data', 'collection', 'index', 'traceback'),
+                          'feed_check', 'feed_check_seconds', 'compile_cache', 'traceback'),
+         'launch.evaluate': ('config', 'workdir', 'data', 'evals', 'compile_cache', 'traceback'),
+         'launch.predict': ('config', 'workdir', 'data', 'compile_cache', 'traceback'),
+         'launch.score_distances': ('distances', 'data', 'out', 'compile_cache', 'traceback'),
+         'launch.index': ('config', 'workdir', 'data', 'collection', 'index', 'compile_cache', 'traceback'),
          'launch.search': ('workdir', 'index', 'query', 'query-collection', 'top', 'out',
-                           'traceback'),
+                           'compile_cache', 'traceback'),
          'launch.serve': ('workdir', 'index', 'db', 'host', 'port', 'round', 'candidates',
-                          'max_upload_mb', 'traceback')}
+                          'max_upload_mb', 'compile_cache', 'traceback')}
 
 
 def listed_flags(stdout):
