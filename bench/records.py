@@ -136,8 +136,11 @@ FAMILY_COLUMNS = tuple(
 FAMILY_RUNS = (
     ('the recipe before (`configs/fragments.py:demo` as it was)', 'fragfam-demo'),
     ('+ scale augmentation 0.7 / 1 / 1.4, in training and at test time: the family\'s '
-     'choice, `make demo-fragments`', 'fragfam-scales'))
-FAMILY_SUMMARY_RUNS = ('fragfam-demo', 'fragfam-scales')  # the README's rows
+     'choice', 'fragfam-scales'),
+    ('the same at learning rate 4e-3 (2e-3 above)', 'fragfam-lr4e-3'),
+    ('the same at learning rate 8e-3: the family\'s choice, `make demo-fragments`',
+     'fragfam-lr8e-3'))
+FAMILY_SUMMARY_RUNS = ('fragfam-demo', 'fragfam-scales', 'fragfam-lr8e-3')  # the README's
 PROBE_COLUMNS = (('masked HOG error', 'reconstruction/loss'),
                  ('probe writer mAP', 'probe/writer/map'),
                  ('probe writer Top-1', 'probe/writer/top1'),
