@@ -139,7 +139,9 @@ FAMILY_RUNS = (
      'choice', 'fragfam-scales'),
     ('the same at learning rate 4e-3 (2e-3 above)', 'fragfam-lr4e-3'),
     ('the same at learning rate 8e-3: the family\'s choice, `make demo-fragments`',
-     'fragfam-lr8e-3'))
+     'fragfam-lr8e-3'),
+    ('the same with SAGHOG\'s multi-similarity constants (alpha 2, beta 40, base 0.2; '
+     'ours 2 / 50 / 0.5): not taken', 'fragfam-lr8e-3-ms-saghog'))
 FAMILY_SUMMARY_RUNS = ('fragfam-demo', 'fragfam-scales', 'fragfam-lr8e-3')  # the README's
 PROBE_COLUMNS = (('masked HOG error', 'reconstruction/loss'),
                  ('probe writer mAP', 'probe/writer/map'),
