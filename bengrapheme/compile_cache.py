@@ -53,7 +53,13 @@ def enable(root):
           "(--compile_cache=FOLDER to put it elsewhere, --compile_cache='' to silence this)",
           file=sys.stderr, flush=True)
     return None
-  import jax  # here, so that --help answers without loading jax
-  jax.config.update('jax_compilation_cache_dir', path)
-  jax.config.update('jax_compilation_cache_max_size', MAX_BYTES)
+  # Through the environment where jax is not imported yet: importing it here would start it
+  # before launch.train's --dry_run_devices sets the simulated device count. Child
+  # processes (launch commands of launch commands) inherit the same folder.
+  os.environ['JAX_COMPILATION_CACHE_DIR'] = path
+  os.environ['JAX_COMPILATION_CACHE_MAX_SIZE'] = str(MAX_BYTES)
+  if 'jax' in sys.modules:
+    jax = sys.modules['jax']
+    jax.config.update('jax_compilation_cache_dir', path)
+    jax.config.update('jax_compilation_cache_max_size', MAX_BYTES)
   return path
