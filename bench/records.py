@@ -141,8 +141,11 @@ FAMILY_RUNS = (
     ('the same at learning rate 8e-3: the family\'s choice, `make demo-fragments`',
      'fragfam-lr8e-3'),
     ('the same with SAGHOG\'s multi-similarity constants (alpha 2, beta 40, base 0.2; '
-     'ours 2 / 50 / 0.5): not taken', 'fragfam-lr8e-3-ms-saghog'))
-FAMILY_SUMMARY_RUNS = ('fragfam-demo', 'fragfam-scales', 'fragfam-lr8e-3')  # the README's
+     'ours 2 / 50 / 0.5): not taken', 'fragfam-lr8e-3-ms-saghog'),
+    ('upper bound, chooses nothing: `make demo-fragments`\' recipe trained on 60 writers in '
+     'the family\'s look, training\'s fonts (`synth_val --train 60`)', 'fragfam-lr8e-3-upper'))
+FAMILY_SUMMARY_RUNS = ('fragfam-demo', 'fragfam-scales', 'fragfam-lr8e-3',
+                       'fragfam-lr8e-3-upper')  # the README's
 PROBE_COLUMNS = (('masked HOG error', 'reconstruction/loss'),
                  ('probe writer mAP', 'probe/writer/map'),
                  ('probe writer Top-1', 'probe/writer/top1'),
