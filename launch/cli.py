@@ -50,7 +50,8 @@ def usage(doc):
 
 
 def one_line_errors(main):
-  """main, ending with one line (not a traceback) on a user's error or Ctrl-C."""
+  """main, with the compilation cache on (--compile_cache), ending with one line (not a
+  traceback) on a user's error or Ctrl-C."""
   def cached(argv):
     compile_cache.enable(COMPILE_CACHE.value)
     return main(argv)
