@@ -142,6 +142,8 @@ FAMILY_RUNS = (
      'fragfam-lr8e-3'),
     ('the same with SAGHOG\'s multi-similarity constants (alpha 2, beta 40, base 0.2; '
      'ours 2 / 50 / 0.5): not taken', 'fragfam-lr8e-3-ms-saghog'),
+    ('the same (ours) with P x K = 32 writers x 8 patches (16 x 16): not taken',
+     'fragfam-lr8e-3-pk32x8'),
     ('upper bound, chooses nothing: `make demo-fragments`\' recipe trained on 60 writers in '
      'the family\'s look, training\'s fonts (`synth_val --train 60`)', 'fragfam-lr8e-3-upper'))
 FAMILY_SUMMARY_RUNS = ('fragfam-demo', 'fragfam-scales', 'fragfam-lr8e-3',
