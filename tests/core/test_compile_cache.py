@@ -5,13 +5,12 @@ import subprocess
 import sys
 
 from bengrapheme import compile_cache
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from conftest import ROOT
 
 # One process: the cache on, a program compiled (cached whatever its compile time), and how
 # many of its compiles jax read back from the cache.
 COMPILE = '''
-import sys, jax, jax.numpy as jnp
+import json, sys, jax, jax.numpy as jnp
 from jax import monitoring
 from bengrapheme import compile_cache
 hits = []
@@ -25,7 +24,7 @@ print(json.dumps(dict(folder=folder, hits=len(hits))))
 
 
 def compile_in_a_process(root):
-  out = subprocess.run([sys.executable, '-c', 'import json\n' + COMPILE, str(root)], cwd=ROOT,
+  out = subprocess.run([sys.executable, '-c', COMPILE, str(root)], cwd=ROOT,
                        check=True, capture_output=True, text=True)
   return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
 
