@@ -13,6 +13,7 @@ status is 0 only when every process succeeded.
 import argparse
 import ctypes
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -85,28 +86,34 @@ def run(module_args, processes, devices, grace, poll=0.1):
                                       daemon=True))
       threads[-1].start()
 
-  failed, deadline, terminated = [], None, set()
+  # One waiter per process, so the log orders failures by when they happened. Polling all of
+  # them every `poll` s cannot tell which of two that die within one poll died first, and a
+  # process killed outright often takes its peers down within milliseconds.
+  ended = queue.Queue()
+  for i, p in enumerate(procs):
+    threading.Thread(target=lambda i=i, p=p: (p.wait(), ended.put(i)), daemon=True).start()
+  failed, deadline, terminated, running = [], None, set(), set(range(processes))
   try:
-    while None in [p.poll() for p in procs]:  # a list: every process is polled each time
-      for i, p in enumerate(procs):
-        if p.returncode not in (None, 0) and i not in failed and i not in terminated:
+    while running:
+      try:
+        i = ended.get(timeout=poll)
+        running.remove(i)
+        if procs[i].returncode != 0 and i not in terminated:
           failed.append(i)
-          say(f'process {i} {describe(p.returncode)}')
+          say(f'process {i} {describe(procs[i].returncode)}')
+      except queue.Empty:
+        pass
       if failed and deadline is None:
         deadline = time.monotonic() + grace
       if deadline is not None and time.monotonic() > deadline:
-        terminated |= stop([p for p in procs if p.poll() is None], procs)
+        terminated = stop([procs[i] for i in sorted(running)], procs)
         say(f'terminated process(es) {sorted(terminated)} {grace:g} s after a failure')
-      time.sleep(poll)
+        deadline = float('inf')  # once: what is left ends within stop's wait
   except KeyboardInterrupt:
     stop(procs, procs)
     raise
   for t in threads:
     t.join()
-  for i, p in enumerate(procs):
-    if p.returncode != 0 and i not in failed and i not in terminated:
-      failed.append(i)
-      say(f'process {i} {describe(p.returncode)}')
   if failed:
     say(f'FAILED: process {failed[0]} failed first ({describe(procs[failed[0]].returncode)}); '
         f'failed: {failed}, terminated by the launcher: {sorted(terminated)}')

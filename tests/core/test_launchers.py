@@ -24,6 +24,10 @@ if mode == 'fail' and i == 1:
   sys.exit(3)
 if mode in ('fail', 'sleep'):
   time.sleep(120)
+if mode == 'cascade':  # the highest index fails first, the others each 40 ms later
+  n = int(os.environ['JAX_NUM_PROCESSES'])
+  time.sleep(max(float(sys.argv[2]) + 0.04 * (n - 1 - i) - time.time(), 0))
+  sys.exit(10 + i)
 '''
 
 
@@ -100,6 +104,16 @@ def test_local_failure_stops_the_others(tmp_path):
   assert '[local] process 1 exited with status 3' in err
   assert 'FAILED: process 1 failed first (exited with status 3)' in err
   assert 'terminated by the launcher: [0]' in err
+
+
+def test_local_names_failures_in_the_order_they_happened(tmp_path):
+  """Processes that fail within one poll of each other (one killed takes its peers down in
+  milliseconds) are still named in the order they failed, not by index."""
+  proc = launcher(tmp_path, '--processes', 4, '--', 'fake_job', 'cascade', time.time() + 3)
+  _, err = proc.communicate(timeout=60)
+  assert proc.returncode == 1
+  assert 'FAILED: process 3 failed first (exited with status 13); failed: [3, 2, 1, 0], ' \
+         'terminated by the launcher: []' in err, err
 
 
 def test_local_dies_with_its_processes(tmp_path):
