@@ -2,8 +2,11 @@
 entry points (launch/cli.py) print as one line instead of a traceback, which would only bury
 the message among frames of the framework's code."""
 import contextlib
+import gc
 import os
+import signal
 import sys
+import threading
 
 
 class UserError(Exception):
@@ -59,9 +62,27 @@ def traceback_asked():
   return os.environ.get('BENGRAPHEME_TRACEBACK', '') not in ('', '0')
 
 
+def _ctrl_c(signum, frame):
+  """Python's own Ctrl-C, except inside a garbage collector's callback (jax registers one,
+  and collections are frequent): a KeyboardInterrupt raised there is printed as "Exception
+  ignored" with a traceback and dropped, and the program runs on. Sent again a moment later,
+  the signal lands outside."""
+  callbacks = {getattr(callback, '__code__', None) for callback in gc.callbacks}
+  while frame is not None:
+    if frame.f_code in callbacks:
+      threading.Timer(0.01, os.kill, (os.getpid(), signal.SIGINT)).start()
+      return
+    frame = frame.f_back
+  raise KeyboardInterrupt
+
+
 def run_reporting(fn, *args, traceback=False):
   """fn(*args), ending the program with one line on stderr instead of a traceback on a
   UserError (status 1) or Ctrl-C (status 130), unless `traceback` or traceback_asked()."""
+  takes_ctrl_c = (threading.current_thread() is threading.main_thread()
+                  and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+  if takes_ctrl_c:  # not where Ctrl-C is ignored (a job started in the background)
+    signal.signal(signal.SIGINT, _ctrl_c)
   try:
     return fn(*args)
   except UserError as e:
@@ -75,3 +96,6 @@ def run_reporting(fn, *args, traceback=False):
     print(str(e) if isinstance(e, Interrupted) else 'Interrupted (Ctrl-C).', file=sys.stderr,
           flush=True)
     sys.exit(130)
+  finally:
+    if takes_ctrl_c:
+      signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -117,3 +117,41 @@ def test_ctrl_c_while_writing_data_is_one_line_and_leaves_nothing(tmp_path, mome
   assert 'images in' not in stdout  # no closing progress line that reads like success
   assert list(tmp_path.iterdir()) == []
 
+
+
+BUSY_COLLECTING = '''
+import gc, sys, time
+from bengrapheme import errors
+
+def slow_callback(phase, info):  # as jax's own callback, with time for Ctrl-C to land in it
+  time.sleep(0.02)
+
+def main():
+  gc.callbacks.append(slow_callback)
+  print('ready', flush=True)
+  with errors.on_ctrl_c('Interrupted (Ctrl-C) while collecting.'):
+    end = time.time() + 30
+    while time.time() < end:
+      gc.collect()
+      time.sleep(0.005)
+
+errors.run_reporting(main)
+'''
+
+
+def test_ctrl_c_inside_a_garbage_collector_callback_still_stops_the_program():
+  """Python drops a KeyboardInterrupt raised in a gc callback (printing "Exception ignored"
+  and a traceback) and runs on: seen once in the data generator, inside jax's callback."""
+  ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+  if ignored:  # as above: the child must get a terminal's default
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+  proc = subprocess.Popen([sys.executable, '-c', BUSY_COLLECTING], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  if ignored:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+  assert proc.stdout.readline() == 'ready\n'
+  time.sleep(0.5)
+  proc.send_signal(signal.SIGINT)
+  _, stderr = proc.communicate(timeout=20)
+  assert (proc.returncode, stderr) == (130, 'Interrupted (Ctrl-C) while collecting.\n')
