@@ -145,7 +145,9 @@ FAMILY_RUNS = (
     ('the same (ours) with P x K = 32 writers x 8 patches (16 x 16): not taken',
      'fragfam-lr8e-3-pk32x8'),
     ('upper bound, chooses nothing: `make demo-fragments`\' recipe trained on 60 writers in '
-     'the family\'s look, training\'s fonts (`synth_val --train 60`)', 'fragfam-lr8e-3-upper'))
+     'the family\'s look, training\'s fonts (`synth_val --train 60`)', 'fragfam-lr8e-3-upper'),
+    ('`make demo-fragments`\' recipe with 48 px patches (32): not taken, and more than twice '
+     'the training time', 'fragfam-lr8e-3-patch48'))
 FAMILY_SUMMARY_RUNS = ('fragfam-demo', 'fragfam-scales', 'fragfam-lr8e-3',
                        'fragfam-lr8e-3-upper')  # the README's
 PROBE_COLUMNS = (('masked HOG error', 'reconstruction/loss'),
