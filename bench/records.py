@@ -182,6 +182,9 @@ DECISION_COLUMNS = (('top 10 hold the same writer', 'hit10'),
 # bench/compile_time.py: EfficientNet-B0's train step compiled with a part taken away.
 COMPILE_TIME = (('trace + lower s', 'lower_s'), ("XLA's compile s", 'compile_s'),
                 ('in all s', 'total_s'), ('fusions', 'fusions'))
+# bench/train_step.py --quick at XLA's backend optimisation levels (XLA_FLAGS).
+OPT_LEVEL = (('JAX images/s', 'jax_images_s'), ('PyTorch images/s', 'torch_images_s'),
+             ('compile s', 'compile_s'))
 # bench/setup_sizes.py: what the two setups install, in MB.
 SETUP_SIZES = (('demo venv, fresh', 'demo_venv_mb'), ('test venv', 'test_venv_mb'),
                ('of which torch', 'torch_mb'), ('NVIDIA libraries', 'nvidia_mb'),
@@ -197,6 +200,10 @@ TABLES = {
          'native_dw/'),
         ("the trainer's step again, read back from the compilation cache a first process "
          'filled (`--compile_cache`)', 'compile-time', 'cached/'))),
+    'compile-optlevel': (OPT_LEVEL, tuple(
+        (label, 'compile-optlevel', key) for label, key in (
+            ("XLA's default", 'default/'), ('`--xla_backend_optimization_level=1`', 'level_1/'),
+            ('`--xla_backend_optimization_level=0`', 'level_0/')))),
     'setup-sizes': (SETUP_SIZES, (('this machine, MB', 'setup-sizes', ''),)),
     'dry-run-costs': (DRY_RUN, (
         ('`configs/grapheme.py:kaggle`, its batch of 256, 1 CPU device', 'preflight-checks',
