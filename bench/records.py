@@ -151,7 +151,9 @@ FAMILY_RUNS = (
     ('`make demo-fragments`\' model (the 8e-3 row\'s) scored at one scale, 1.0 (0.7 / 1 / '
      '1.4): what the test-time half of the scales does', 'fragfam-lr8e-3-evalscale1'),
     ('`make demo-fragments`\' model scored with up to 96 patches a fragment (48)',
-     'fragfam-lr8e-3-evalpatches96'))
+     'fragfam-lr8e-3-evalpatches96'),
+    ('`make demo-fragments`\' model, its patches aggregated by VLAD over 8 k-means centres '
+     '(summed): not taken', 'fragfam-lr8e-3-evalvlad'))
 FAMILY_SUMMARY_RUNS = ('fragfam-demo', 'fragfam-scales', 'fragfam-lr8e-3',
                        'fragfam-lr8e-3-upper')  # the README's
 PROBE_COLUMNS = (('masked HOG error', 'reconstruction/loss'),
