@@ -153,7 +153,10 @@ FAMILY_RUNS = (
     ('`make demo-fragments`\' model scored with up to 96 patches a fragment (48)',
      'fragfam-lr8e-3-evalpatches96'),
     ('`make demo-fragments`\' model, its patches aggregated by VLAD over 8 k-means centres '
-     '(summed): not taken', 'fragfam-lr8e-3-evalvlad'))
+     '(summed): not taken', 'fragfam-lr8e-3-evalvlad'),
+    ('`make demo-fragments`\' recipe trained on 500 surrogate classes (k-means of the '
+     'patches\' SIFT descriptors) instead of writer labels: not taken',
+     'fragfam-lr8e-3-surrogate'))
 FAMILY_SUMMARY_RUNS = ('fragfam-demo', 'fragfam-scales', 'fragfam-lr8e-3',
                        'fragfam-lr8e-3-upper')  # the README's
 PROBE_COLUMNS = (('masked HOG error', 'reconstruction/loss'),
