@@ -156,7 +156,9 @@ FAMILY_RUNS = (
      '(summed): not taken', 'fragfam-lr8e-3-evalvlad'),
     ('`make demo-fragments`\' recipe trained on 500 surrogate classes (k-means of the '
      'patches\' SIFT descriptors) instead of writer labels: not taken',
-     'fragfam-lr8e-3-surrogate'))
+     'fragfam-lr8e-3-surrogate'),
+    ('`make demo-fragments`\' recipe for 1,200 steps (600): over the demo\'s budget, not '
+     'taken', 'fragfam-lr8e-3-steps1200'))
 FAMILY_SUMMARY_RUNS = ('fragfam-demo', 'fragfam-scales', 'fragfam-lr8e-3',
                        'fragfam-lr8e-3-upper')  # the README's
 PROBE_COLUMNS = (('masked HOG error', 'reconstruction/loss'),
