@@ -9,6 +9,8 @@ is and of two variants that each take one part away, each in a process of its ow
               optimizer's per-parameter kernels cost
   native_dw   the same with XLA's grouped convolution in place of bengrapheme/models/
               depthwise.py on CPU (slow to run, bench/train_step.py): what its loops cost
+  bare        both at once: what the network's own forward and backward pass cost, a floor
+              that no change to the optimizer or the depthwise loops goes below
   cached      the trainer's step in a second process, the first having filled a fresh
               persistent compilation cache (bengrapheme/compile_cache.py, on in every launch
               command): what a restart, a resume or launch.evaluate of the same config pays
@@ -16,6 +18,7 @@ is and of two variants that each take one part away, each in a process of its ow
 import argparse
 import json
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -23,7 +26,7 @@ import time
 
 from bench import common, records
 
-VARIANTS = ('step', 'sgd', 'native_dw', 'cached')
+VARIANTS = ('step', 'sgd', 'native_dw', 'bare', 'cached')
 
 
 def measure(variant, cache):
@@ -34,24 +37,32 @@ def measure(variant, cache):
   from bengrapheme.grapheme import task
   from bengrapheme.models import depthwise
   compile_cache.enable(cache)
-  if variant == 'sgd':
+  if variant in ('sgd', 'bare'):
     schedule_of = train.optimizer
     train.optimizer = lambda config: (optax.sgd(schedule_of(config)[1]), schedule_of(config)[1])
-  if variant == 'native_dw':
+  if variant in ('native_dw', 'bare'):
     depthwise.conv = lambda x, w, strides, padding: lax.conv_general_dilated(
         x, w, strides, padding, dimension_numbers=('NHWC', 'HWIO', 'NHWC'),
         feature_group_count=x.shape[-1])
   config = train_step.make_config('efficientnet_b0_128')
   state, jitted, batch = common.trainer_step(config, task,
                                              train_step.synthetic_batch(config, (128, 128)))
-  start = time.perf_counter()
+  start, cpu_start = time.perf_counter(), cpu_seconds()
   lowered = jitted.lower(state, batch)
   lowered_at = time.perf_counter()
   compiled = lowered.compile()
   done = time.perf_counter()
   fusions = len(re.findall(r'^\s*%?\S*fusion\S* = ', compiled.as_text(), re.M))
+  # CPU seconds over wall seconds: how many of the cores XLA already keeps busy, so how much
+  # more threads could buy.
   return dict(lower_s=round(lowered_at - start, 2), compile_s=round(done - lowered_at, 2),
-              total_s=round(done - start, 2), fusions=fusions)
+              total_s=round(done - start, 2), cpu_s=round(cpu_seconds() - cpu_start, 2),
+              fusions=fusions)
+
+
+def cpu_seconds():
+  usage = resource.getrusage(resource.RUSAGE_SELF)
+  return usage.ru_utime + usage.ru_stime
 
 
 def main():

@@ -192,7 +192,7 @@ DECISION_COLUMNS = (('top 10 hold the same writer', 'hit10'),
 
 # bench/compile_time.py: EfficientNet-B0's train step compiled with a part taken away.
 COMPILE_TIME = (('trace + lower s', 'lower_s'), ("XLA's compile s", 'compile_s'),
-                ('in all s', 'total_s'), ('fusions', 'fusions'))
+                ('in all s', 'total_s'), ('CPU s', 'cpu_s'), ('fusions', 'fusions'))
 # bench/train_step.py --quick at XLA's backend optimisation levels (XLA_FLAGS).
 OPT_LEVEL = (('JAX images/s', 'jax_images_s'), ('PyTorch images/s', 'torch_images_s'),
              ('compile s', 'compile_s'))
@@ -209,6 +209,7 @@ TABLES = {
         ('plain SGD in place of global-norm clipping + AdamW', 'compile-time', 'sgd/'),
         ("XLA's grouped convolution in place of `depthwise.py`'s loops", 'compile-time',
          'native_dw/'),
+        ('both at once: the network alone', 'compile-time', 'bare/'),
         ("the trainer's step again, read back from the compilation cache a first process "
          'filled (`--compile_cache`)', 'compile-time', 'cached/'))),
     'compile-optlevel': (OPT_LEVEL, tuple(
