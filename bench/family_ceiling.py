@@ -1,0 +1,99 @@
+"""How far writer retrieval can go on a retrieval/synth_val.py draw, from what its generator drew.
+
+  python -m bench.family_ceiling --record family-ceiling
+
+Issue 40 asks the fragment encoder for 2.0x SRS-LBP's writer mAP on the validation family. On
+that family, writers come in hands of 8 that share font, size, slant, spacing and nib. Each
+writer adds small personal habits, and every page then drifts from its writer. So a writer's
+other pages are linkable only as far as the habits stand out of the drift. This script
+scores a descriptor no image method can beat on that count. For each fragment it takes the
+exact style its page was drawn with, re-drawn from the generator's own seeds:
+  - the hand, which it knows outright;
+  - every habit that survives a scan at an unknown resolution (slant, nib angle, and the
+    ratios to the x-height of spacing, word and line gaps, baseline wobble and the nib's
+    width as drawn, in whole pixels).
+Pairs are ranked by the likelihood ratio of "same writer" under a Gaussian model: each
+habit's squared difference, weighted by 1 / drift^2 - 1 / (drift^2 + habit^2), where drift
+and habit are that habit's spread across one writer's pages and across one hand's writers,
+measured on the draw itself. Fragments of one page share their page's style, so they come
+first, as the trained encoder's page mAP shows it finds them.
+
+The real data has no such oracle. This only says what the family allows, so that a target
+set on it can be read against the ceiling. Scores are mAP, Top-1 and Pr@10 over every
+fragment of the draw's folder (retrieval/metrics.py, as the evaluator scores).
+"""
+import argparse
+import os
+
+import numpy as np
+
+from bench import common, records
+from retrieval import metrics, reader, synth_val
+
+# (set, its folder, seed, draw), as bench/fragment_family.py's SETS write them.
+DRAWS = (('valfam', 'data/fragments-valfam/test', 0, 'val'),
+         ('third', 'data/fragments-third/test', 1, 'third'))
+
+
+def page_habits(seed, draw, writer, page):
+  """[hand, habits...] of one page, as synth_val._page_job draws its style."""
+  rng = np.random.default_rng([seed * 100 + synth_val.CODES[draw], writer, page])
+  style = synth_val.page_style(synth_val.writer_style(seed, draw, writer), rng)
+  x = style['x_height']
+  hand = (writer - 1) // synth_val.HAND_SIZE + 1
+  return [hand, style['slant'], style['nib_angle'], np.log(style['tracking'] / x + 1.0),
+          np.log(style['word_gap'] / x), np.log(style['line_gap'] / x),
+          np.log(style['wobble'] / x + 1e-3),
+          # The nib as drawn: a whole number of pixels (synth_val.nib), against the x-height.
+          np.log(max(1, int(round(style['nib_width'] * x))) / x)]
+
+
+def ceiling(folder, seed, draw):
+  names = sorted(os.listdir(os.path.join(common.ROOT, folder)))
+  ids = np.array([reader.parse_name(n) for n in names])  # writer, page, fragment
+  writers = ids[:, 0] - synth_val.WRITER_BASE[draw]
+  pages = {(w, p): page_habits(seed, draw, w, p) for w, p in set(zip(writers, ids[:, 1]))}
+  rows = np.array([pages[w, p] for w, p in zip(writers, ids[:, 1])])
+  hands, habits = rows[:, 0], rows[:, 1:]
+  page_keys = sorted(pages)
+  page_rows = np.array([pages[k][1:] for k in page_keys])
+  page_writers = np.array([w for w, _ in page_keys])
+  # drift: spread of a writer's pages about their mean; habit: of writers' means in a hand.
+  means = {w: page_rows[page_writers == w].mean(0) for w in set(page_writers)}
+  drift = np.sqrt(np.mean([(r - means[w]) ** 2 for r, w in zip(page_rows, page_writers)], 0))
+  by_hand = {}
+  for w, m in means.items():
+    by_hand.setdefault((w - 1) // synth_val.HAND_SIZE, []).append(m)
+  habit = np.sqrt(np.mean([np.var(ms, 0) for ms in by_hand.values() if len(ms) > 1], 0))
+  weight = 1 / drift ** 2 - 1 / (drift ** 2 + habit ** 2)
+  weighted = habits * np.sqrt(weight)
+  distances = ((weighted[:, None] - weighted[None]) ** 2).sum(-1)
+  # Another hand (another font) is never nearer than a writer of one's own.
+  distances += (hands[:, None] != hands[None]) * (distances.max() + 1)
+  labels = {'writer': writers, 'page': writers * 100000 + ids[:, 1]}
+  scores = metrics.metrics_from_distances(distances, labels)
+  out = {f'{k}/{m}': v for k, d in scores.items() for m, v in d.items()}
+  out.update({f'habit_over_drift/{i}': float(h / d)
+              for i, (h, d) in enumerate(zip(habit, drift))})
+  return out
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--record', default='')
+  args = parser.parse_args()
+  scores = {}
+  for name, folder, seed, draw in DRAWS:
+    for key, value in ceiling(folder, seed, draw).items():
+      scores[f'{name}/{key}'] = value
+    print(name, {k: round(v, 3) for k, v in scores.items()
+                 if k.startswith(name) and k.endswith('/map')}, flush=True)
+  if args.record:
+    command = 'python -m bench.family_ceiling --record ' + args.record
+    print(records.add(args.record, None, [command], '', 'no training: the generator\'s own '
+                      'draws, re-seeded (habits in order: slant, nib angle, tracking, word gap, '
+                      'line gap, wobble, nib width)', scores=scores))
+
+
+if __name__ == '__main__':
+  main()
