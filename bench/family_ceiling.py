@@ -58,13 +58,19 @@ def ceiling(folder, seed, draw):
   page_keys = sorted(pages)
   page_rows = np.array([pages[k][1:] for k in page_keys])
   page_writers = np.array([w for w, _ in page_keys])
-  # drift: spread of a writer's pages about their mean; habit: of writers' means in a hand.
-  means = {w: page_rows[page_writers == w].mean(0) for w in set(page_writers)}
-  drift = np.sqrt(np.mean([(r - means[w]) ** 2 for r, w in zip(page_rows, page_writers)], 0))
+  # drift: spread of a writer's pages about their mean (pooled, unbiased); habit: spread of
+  # the writers' means within a hand, less what the drift of their few pages adds to it.
+  groups = [page_rows[page_writers == w] for w in sorted(set(page_writers))]
+  drift2 = (sum(((g - g.mean(0)) ** 2).sum(0) for g in groups)
+            / sum(len(g) - 1 for g in groups))
+  means = {w: g.mean(0) for w, g in zip(sorted(set(page_writers)), groups)}
   by_hand = {}
   for w, m in means.items():
     by_hand.setdefault((w - 1) // synth_val.HAND_SIZE, []).append(m)
-  habit = np.sqrt(np.mean([np.var(ms, 0) for ms in by_hand.values() if len(ms) > 1], 0))
+  pages_per_writer = np.mean([len(g) for g in groups])
+  habit2 = np.maximum(np.mean([np.var(ms, 0, ddof=1) for ms in by_hand.values() if len(ms) > 1],
+                              0) - drift2 / pages_per_writer, 1e-12)
+  drift, habit = np.sqrt(drift2), np.sqrt(habit2)
   weight = 1 / drift ** 2 - 1 / (drift ** 2 + habit ** 2)
   weighted = habits * np.sqrt(weight)
   distances = ((weighted[:, None] - weighted[None]) ** 2).sum(-1)
