@@ -161,6 +161,11 @@ FAMILY_RUNS = (
      'taken', 'fragfam-lr8e-3-steps1200'))
 FAMILY_SUMMARY_RUNS = ('fragfam-demo', 'fragfam-scales', 'fragfam-lr8e-3',
                        'fragfam-lr8e-3-upper')  # the README's
+# bench/family_ceiling.py: a perfect pairwise descriptor of a synth_val draw's page styles.
+CEILING_COLUMNS = (('writer mAP', 'writer/map'),
+                   ('writer mAP, weights searched on it', 'searched/writer/map'),
+                   ('writer Pr@10', 'writer/pr10'),
+                   ('writer Pr@100', 'writer/pr100'), ('page mAP', 'page/map'))
 PROBE_COLUMNS = (('masked HOG error', 'reconstruction/loss'),
                  ('probe writer mAP', 'probe/writer/map'),
                  ('probe writer Top-1', 'probe/writer/top1'),
@@ -338,6 +343,9 @@ TABLES = {
         (label, record, '') for label, record in FAMILY_RUNS)),
     'fragments-family-summary': (FAMILY_SUMMARY, tuple(
         (label, record, '') for label, record in FAMILY_RUNS if record in FAMILY_SUMMARY_RUNS)),
+    'family-ceiling': (CEILING_COLUMNS, (
+        ('the validation family (chooses)', 'family-ceiling', 'valfam/'),
+        ('the third draw (reports)', 'family-ceiling', 'third/'))),
     'maskfeat-demo': (PROBE_COLUMNS, (
         ('val writers: the untrained trunk', 'maskfeat-demo-untrained', 'val/'),
         ('val writers: `configs/maskfeat.py:demo`, 600 steps', 'maskfeat-demo', 'val/'))),

@@ -69,3 +69,26 @@ def test_bad_arguments_are_one_line_errors(tmp_path):
   with pytest.raises(ValueError, match='writers >= 1'):
     _write(tmp_path / 'x', writers=0)
   assert not os.path.exists(tmp_path / 'x') or not os.listdir(tmp_path / 'x')
+
+
+def test_the_family_ceiling_redraws_the_style_each_page_was_rendered_with(monkeypatch):
+  """bench/family_ceiling.py scores the styles the generator drew; if _page_job's draws
+  change, its ceiling would describe another family."""
+  from bench import family_ceiling
+  rendered = []
+
+  def capture(style, rng, width, height, pen):
+    rendered.append(style)
+    raise StopIteration  # the style is all this test needs
+
+  monkeypatch.setattr(synth, 'render_page', capture)
+  for seed, draw, writer, page in ((0, 'val', 3, 4011), (1, 'third', 12, 8047)):
+    with pytest.raises(StopIteration):
+      synth_val._page_job(('unused', seed, draw, writer, page, PAGE, 85))
+    style = rendered[-1]
+    x = style['x_height']
+    expected = [(writer - 1) // synth_val.HAND_SIZE + 1, style['slant'], style['nib_angle'],
+                np.log(style['tracking'] / x + 1), np.log(style['word_gap'] / x),
+                np.log(style['line_gap'] / x), np.log(style['wobble'] / x + 1e-3),
+                np.log(max(1, round(style['nib_width'] * x)) / x)]
+    np.testing.assert_allclose(family_ceiling.page_habits(seed, draw, writer, page), expected)
