@@ -160,7 +160,9 @@ FAMILY_RUNS = (
     ('`make demo-fragments`\' recipe for 1,200 steps (600): over the demo\'s budget, not '
      'taken', 'fragfam-lr8e-3-steps1200'),
     ('`make demo-fragments`\' recipe trained and scored with up to 96 patches a fragment '
-     '(48): not taken', 'fragfam-lr8e-3-patches96'))
+     '(48): not taken', 'fragfam-lr8e-3-patches96'),
+    ('`make demo-fragments`\' recipe with NetRVLAD pooling (16 clusters) in place of GeM: '
+     'not taken', 'fragfam-lr8e-3-netrvlad'))
 FAMILY_SUMMARY_RUNS = ('fragfam-demo', 'fragfam-scales', 'fragfam-lr8e-3',
                        'fragfam-lr8e-3-upper')  # the README's
 # bench/family_ceiling.py: a perfect pairwise descriptor of a synth_val draw's page styles.
