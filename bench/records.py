@@ -162,7 +162,10 @@ FAMILY_RUNS = (
     ('`make demo-fragments`\' recipe trained and scored with up to 96 patches a fragment '
      '(48): not taken', 'fragfam-lr8e-3-patches96'),
     ('`make demo-fragments`\' recipe with NetRVLAD pooling (16 clusters) in place of GeM: '
-     'not taken', 'fragfam-lr8e-3-netrvlad'))
+     'not taken', 'fragfam-lr8e-3-netrvlad'),
+    ('the ViT recipe as `make demo-saghog` trains it (`configs/fragments.py:recipe=saghog`: '
+     'MaskFeat-pre-trained, NetRVLAD, layer decay 0.75, 490 steps): below SRS-LBP',
+     'fragfam-saghog'))
 FAMILY_SUMMARY_RUNS = ('fragfam-demo', 'fragfam-scales', 'fragfam-lr8e-3',
                        'fragfam-lr8e-3-upper')  # the README's
 # bench/family_ceiling.py: a perfect pairwise descriptor of a synth_val draw's page styles.
