@@ -165,7 +165,9 @@ FAMILY_RUNS = (
      'not taken', 'fragfam-lr8e-3-netrvlad'),
     ('the ViT recipe as `make demo-saghog` trains it (`configs/fragments.py:recipe=saghog`: '
      'MaskFeat-pre-trained, NetRVLAD, layer decay 0.75, 490 steps): below SRS-LBP',
-     'fragfam-saghog'))
+     'fragfam-saghog'),
+    ('`make demo-fragments`\' recipe with a ResNet-32 trunk (20): not taken',
+     'fragfam-lr8e-3-depth32'))
 FAMILY_SUMMARY_RUNS = ('fragfam-demo', 'fragfam-scales', 'fragfam-lr8e-3',
                        'fragfam-lr8e-3-upper')  # the README's
 # bench/family_ceiling.py: a perfect pairwise descriptor of a synth_val draw's page styles.
