@@ -170,7 +170,7 @@ FAMILY_RUNS = (
      'fragfam-lr8e-3-depth32'))
 FAMILY_SUMMARY_RUNS = ('fragfam-demo', 'fragfam-scales', 'fragfam-lr8e-3',
                        'fragfam-lr8e-3-upper')  # the README's
-# bench/family_ceiling.py: a perfect pairwise descriptor of a synth_val draw's page styles.
+# bench/family_ceiling.py: a perfect pairwise descriptor of a draw's page styles.
 CEILING_COLUMNS = (('writer mAP', 'writer/map'),
                    ('writer mAP, weights searched on it', 'searched/writer/map'),
                    ('writer Pr@10', 'writer/pr10'),
@@ -354,7 +354,8 @@ TABLES = {
         (label, record, '') for label, record in FAMILY_RUNS if record in FAMILY_SUMMARY_RUNS)),
     'family-ceiling': (CEILING_COLUMNS, (
         ('the validation family (chooses)', 'family-ceiling', 'valfam/'),
-        ('the third draw (reports)', 'family-ceiling', 'third/'))),
+        ('the third draw (reports)', 'family-ceiling', 'third/'),
+        ("the own test (reports; retrieval/synth.py's draw)", 'family-ceiling', 'test/'))),
     'maskfeat-demo': (PROBE_COLUMNS, (
         ('val writers: the untrained trunk', 'maskfeat-demo-untrained', 'val/'),
         ('val writers: `configs/maskfeat.py:demo`, 600 steps', 'maskfeat-demo', 'val/'))),

@@ -72,14 +72,20 @@ def test_bad_arguments_are_one_line_errors(tmp_path):
 
 
 def test_the_family_ceiling_redraws_the_style_each_page_was_rendered_with(monkeypatch):
-  """bench/family_ceiling.py scores the styles the generator drew; if _page_job's draws
-  change, its ceiling would describe another family."""
+  """bench/family_ceiling.py scores the styles the generators drew; if a _page_job's draws
+  change, its ceiling would describe another draw."""
   from bench import family_ceiling
   rendered = []
 
-  def capture(style, rng, width, height, pen):
+  def capture(style, rng, width, height, pen=None):
     rendered.append(style)
     raise StopIteration  # the style is all this test needs
+
+  def habits(style, hand, pen):
+    x = style['x_height']
+    return [hand, style['slant'], np.log(style['tracking'] / x + 1),
+            np.log(style['word_gap'] / x), np.log(style['line_gap'] / x),
+            np.log(style['wobble'] / x + 1e-3), *pen, np.log(x * style['scan_scale'])]
 
   monkeypatch.setattr(synth, 'render_page', capture)
   for seed, draw, writer, page in ((0, 'val', 3, 4011), (1, 'third', 12, 8047)):
@@ -87,8 +93,13 @@ def test_the_family_ceiling_redraws_the_style_each_page_was_rendered_with(monkey
       synth_val._page_job(('unused', seed, draw, writer, page, PAGE, 85))
     style = rendered[-1]
     x = style['x_height']
-    expected = [(writer - 1) // synth_val.HAND_SIZE + 1, style['slant'], style['nib_angle'],
-                np.log(style['tracking'] / x + 1), np.log(style['word_gap'] / x),
-                np.log(style['line_gap'] / x), np.log(style['wobble'] / x + 1e-3),
-                np.log(max(1, round(style['nib_width'] * x)) / x)]
+    expected = habits(style, (writer - 1) // synth_val.HAND_SIZE + 1,
+                      [style['nib_angle'], np.log(max(1, round(style['nib_width'] * x)) / x)])
     np.testing.assert_allclose(family_ceiling.page_habits(seed, draw, writer, page), expected)
+  seed, writer, page = 0, 67, 265  # the own test's (retrieval/synth.py)
+  with pytest.raises(StopIteration):
+    synth._page_job(('unused', None, seed, writer, page, None, PAGE))
+  style = rendered[-1]
+  hand = [f for _, f in synth.FONTS].index(synth.writer_font(seed, writer)) + 1
+  expected = habits(style, hand, [style['stroke'] / style['x_height']])
+  np.testing.assert_allclose(family_ceiling.page_habits(seed, 'synth', writer, page), expected)
