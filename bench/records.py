@@ -167,7 +167,9 @@ FAMILY_RUNS = (
      'MaskFeat-pre-trained, NetRVLAD, layer decay 0.75, 490 steps): below SRS-LBP',
      'fragfam-saghog'),
     ('`make demo-fragments`\' recipe with a ResNet-32 trunk (20): not taken',
-     'fragfam-lr8e-3-depth32'))
+     'fragfam-lr8e-3-depth32'),
+    ('`make demo-fragments`\' recipe warmed up over 150 steps (50): not taken',
+     'fragfam-lr8e-3-warmup150'))
 FAMILY_SUMMARY_RUNS = ('fragfam-demo', 'fragfam-scales', 'fragfam-lr8e-3',
                        'fragfam-lr8e-3-upper')  # the README's
 # bench/family_ceiling.py: a perfect pairwise descriptor of a draw's page styles.
