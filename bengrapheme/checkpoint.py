@@ -64,9 +64,11 @@ def manager(workdir, *, keep=3, every=None, read_only=False):
     registry.add('state', args, state_handler)
   for args in (grain.checkpoint.CheckpointSave, grain.checkpoint.CheckpointRestore):
     registry.add('data', args, data_handler)
-  log_handler = ocp.handlers.JsonCheckpointHandler()
-  for args in (ocp.args.JsonSave, ocp.args.JsonRestore):
-    registry.add('log', args, log_handler)
+  # Every item a save writes: Orbax warns at each restore of an item it has no handler for.
+  for item in ('log', 'digests'):
+    json_handler = ocp.handlers.JsonCheckpointHandler()
+    for args in (ocp.args.JsonSave, ocp.args.JsonRestore):
+      registry.add(item, args, json_handler)
   if not read_only:
     return ocp.CheckpointManager(directory(workdir), options=options, handler_registry=registry)
   # Orbax warns "Given directory is read only" on every read-only manager: what was asked.
