@@ -171,7 +171,9 @@ FAMILY_RUNS = (
     ('`make demo-fragments`\' recipe warmed up over 150 steps (50): not taken',
      'fragfam-lr8e-3-warmup150'),
     ('the ViT recipe at learning rate 4e-3 (2e-3): not taken', 'fragfam-saghog-lr4e-3'),
-    ('the ViT recipe at learning rate 1e-3: not taken', 'fragfam-saghog-lr1e-3'))
+    ('the ViT recipe at learning rate 1e-3: not taken', 'fragfam-saghog-lr1e-3'),
+    ('`make demo-fragments`\' recipe with a trunk of width 24 (16): not taken',
+     'fragfam-lr8e-3-width24'))
 FAMILY_SUMMARY_RUNS = ('fragfam-demo', 'fragfam-scales', 'fragfam-lr8e-3',
                        'fragfam-lr8e-3-upper')  # the README's
 # bench/family_ceiling.py: a perfect pairwise descriptor of a draw's page styles.
