@@ -172,6 +172,7 @@ FAMILY_RUNS = (
      'fragfam-lr8e-3-warmup150'),
     ('the ViT recipe at learning rate 4e-3 (2e-3): not taken', 'fragfam-saghog-lr4e-3'),
     ('the ViT recipe at learning rate 1e-3: not taken', 'fragfam-saghog-lr1e-3'),
+    ('the ViT recipe with layer decay 0.9 (0.75): not taken', 'fragfam-saghog-ld0.9'),
     ('`make demo-fragments`\' recipe with a trunk of width 24 (16): not taken',
      'fragfam-lr8e-3-width24'))
 FAMILY_SUMMARY_RUNS = ('fragfam-demo', 'fragfam-scales', 'fragfam-lr8e-3',
