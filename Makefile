@@ -63,15 +63,15 @@ demo: setup $(DEMO_DATA)/train.csv
 	$(PY) -m launch.predict --config configs/grapheme.py:demo --data $(DEMO_DATA) --workdir $(DEMO_WORKDIR)
 
 $(FRAG_DATA)/test: | setup
-	$(PY) -m retrieval.synth --out $(FRAG_DATA) --writers-train 60 --writers-test 30 \
+	$(PY) -m retrieval.synthetic.synth --out $(FRAG_DATA) --writers-train 60 --writers-test 30 \
 	  --pages-per-writer 4 --seed 0 --workers 2
 
-# The fragment validation family (chooses) and the third draw (reports): retrieval/synth_val.py.
+# The fragment validation family (chooses) and the third draw (reports): retrieval/synthetic/synth_val.py.
 data/fragments-valfam/test: | setup
-	$(PY) -m retrieval.synth_val --out data/fragments-valfam --writers 40 --seed 0 --workers 2
+	$(PY) -m retrieval.synthetic.synth_val --out data/fragments-valfam --writers 40 --seed 0 --workers 2
 
 data/fragments-third/test: | setup
-	$(PY) -m retrieval.synth_val --out data/fragments-third --writers 32 --seed 1 --draw third \
+	$(PY) -m retrieval.synthetic.synth_val --out data/fragments-third --writers 32 --seed 1 --draw third \
 	  --workers 2
 
 # Train the recipe the validation family chose (configs/fragments.py:demo), evaluate it on its

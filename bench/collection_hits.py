@@ -5,9 +5,9 @@ another fragment of the same writer, with the encoder, SRS-LBP, and the fused di
       --workdir workdirs/fragments-demo --collection data/fragments-synth/test \
       --name fragments-collection-hits --command '...' [--command ...] [--note ...]
 
-The folder is indexed as launch.index indexes a scholar's collection (retrieval/index.py:
+The folder is indexed as launch.index indexes a scholar's collection (retrieval/collections/index.py:
 the settings val chose for the checkpoint, into a temporary folder), then every image is
-ranked against all the others through retrieval/search.py, as launch.search ranks, with
+ranked against all the others through retrieval/collections/search.py, as launch.search ranks, with
 three distances: the encoder's (the index's descriptors, whitened as chosen), SRS-LBP's
 alone, and their fusion at the weight val chose (SGR re-ranking left out, as search leaves
 it). The writers are read from the WID_PID_FID names, for scoring only; a writer's only
@@ -23,7 +23,8 @@ import tempfile
 import numpy as np
 
 from bench import records
-from retrieval import collection, reader, search
+from retrieval.collections import collection, search
+from retrieval.fragments import reader
 
 METHODS = (('encoder', 0.0), ('srs_lbp', 1.0), ('fused', None))  # None: val's weight
 TOP = 10
@@ -54,9 +55,9 @@ def hits(searcher, writers, among=None):
 
 
 def measure(config, workdir, folder):
-  from bengrapheme import eval_only
-  from retrieval import index as index_lib
-  _, model = eval_only.trained_model(config, workdir)
+  from bengrapheme import restored
+  from retrieval.collections import index as index_lib
+  _, model = restored.trained_model(config, workdir)
   with tempfile.TemporaryDirectory() as out:
     index, _ = index_lib.build(config, model, workdir, collection.list_images(folder), out)
   writers = np.array([reader.parse_name(p)[0] for p in index.entries.paths.tolist()])

@@ -7,7 +7,7 @@
 A folder of WID_PID_FID.jpg fragments is treated as a scholar's collection: the writers are
 read from the names for scoring and for simulating the scholars only.
 1. before: `launch.train --config configs/fragments.py:data=collection` (surrogate classes,
-   no labels), indexed as launch.index indexes (retrieval/index.py);
+   no labels), indexed as launch.index indexes (retrieval/collections/index.py);
 2. the scholars: the first --rounds rounds of --round-size candidate joins of that index (the
    collection's closest pairs, as launch.serve shows them) decided from the true writers
    (same writer: same hand, else different) into a workbench database (retrieval/workbench);
@@ -26,8 +26,10 @@ import tempfile
 import numpy as np
 
 from bench import collection_hits, common, records
-from retrieval import collection, reader, search
-from retrieval.workbench import db as db_lib, rounds
+from retrieval.collections import collection, search
+from retrieval.fragments import reader
+from retrieval.collections import decisions as db_lib
+from retrieval.collections.workbench import rounds
 
 CONFIG = 'configs/fragments.py:data=collection'
 
@@ -43,10 +45,10 @@ def train(collection_dir, workdir, steps, cache, extra=()):
 
 def indexed(collection_dir, workdir):
   """(index, its searcher, the writer of each row) of the collection by the workdir's model."""
-  from bengrapheme import eval_only
-  from retrieval import index as index_lib
+  from bengrapheme import restored
+  from retrieval.collections import index as index_lib
   config = collection_hits.load_config(CONFIG)
-  _, model = eval_only.trained_model(config, workdir)
+  _, model = restored.trained_model(config, workdir)
   with tempfile.TemporaryDirectory() as out:
     index, _ = index_lib.build(config, model, workdir, collection.list_images(collection_dir),
                                out)

@@ -3,7 +3,7 @@
   python -m bench.family_ceiling --record family-ceiling
 
 Issue 40 asks the fragment encoder for 2.0x SRS-LBP's writer mAP on the validation family
-(retrieval/synth_val.py) and 1.5x on the third draw and the own test (retrieval/synth.py). On
+(retrieval/synthetic/synth_val.py) and 1.5x on the third draw and the own test (retrieval/synthetic/synth.py). On
 the family, writers come in hands of 8 that share font, size, slant, spacing and nib. Each
 writer adds small personal habits, and every page then drifts from its writer. So a writer's
 other pages are linkable only as far as the habits stand out of the drift. This script
@@ -22,7 +22,7 @@ first, as the trained encoder's page mAP shows it finds them.
 
 The real data has no such oracle. This only says what a draw allows, so that a target
 set on it can be read against the ceiling. Scores are mAP, Top-1 and Pr@10 over every
-fragment of the draw's folder (retrieval/metrics.py, as the evaluator scores).
+fragment of the draw's folder (retrieval/fragments/metrics.py, as the evaluator scores).
 """
 import argparse
 import os
@@ -30,11 +30,12 @@ import os
 import numpy as np
 
 from bench import common, records
-from retrieval import metrics, reader, synth, synth_val
+from retrieval.fragments import metrics, reader
+from retrieval.synthetic import synth, synth_val
 
 SEARCH_STEPS = 60
 # (set, its folder, seed, draw), as bench/fragment_family.py's SETS write them; draw 'synth'
-# is retrieval/synth.py's (the own test), the others retrieval/synth_val.py's.
+# is retrieval/synthetic/synth.py's (the own test), the others retrieval/synthetic/synth_val.py's.
 DRAWS = (('valfam', 'data/fragments-valfam/test', 0, 'val'),
          ('third', 'data/fragments-third/test', 1, 'third'),
          ('test', 'data/fragments-synth/test', 0, 'synth'))

@@ -6,7 +6,7 @@
 The sets, each scored as split 'test' of a folder whose train/ is the demo's (SRS-LBP's PCA is
 fitted there, as for the demo's own test):
 
-  valfam  data/fragments-valfam (retrieval/synth_val.py, seed 0): the validation family. It
+  valfam  data/fragments-valfam (retrieval/synthetic/synth_val.py, seed 0): the validation family. It
           chooses the post-processing (in-sample, so its 'tuned' row flatters) and, across
           runs, the recipe.
   test    data/fragments-synth/test: the project's own test (30 writers); reports.
@@ -45,13 +45,13 @@ EVAL_DIRS = 'data/fragment-family'
 # (set, its test/ folder, the command that writes it)
 SETS = (
     ('valfam', 'data/fragments-valfam/test',
-     'python -m retrieval.synth_val --out data/fragments-valfam --writers 40 --seed 0 '
+     'python -m retrieval.synthetic.synth_val --out data/fragments-valfam --writers 40 --seed 0 '
      '--workers 2'),
     ('test', f'{TRAIN_DATA}/test',
-     f'python -m retrieval.synth --out {TRAIN_DATA} --writers-train 60 --writers-test 30 '
+     f'python -m retrieval.synthetic.synth --out {TRAIN_DATA} --writers-train 60 --writers-test 30 '
      '--pages-per-writer 4 --seed 0 --workers 2'),
     ('third', 'data/fragments-third/test',
-     'python -m retrieval.synth_val --out data/fragments-third --writers 32 --seed 1 '
+     'python -m retrieval.synthetic.synth_val --out data/fragments-third --writers 32 --seed 1 '
      '--draw third --workers 2'))
 
 
@@ -89,9 +89,9 @@ def train(workdir, data):
 
 def score(config, workdir):
   """{set: the evaluator's scores} on the three sets, valfam first: it chooses."""
-  from bengrapheme import eval_only
-  from retrieval import evaluate
-  _, model = eval_only.trained_model(config, workdir)
+  from bengrapheme import restored
+  from retrieval.fragments import evaluate
+  _, model = restored.trained_model(config, workdir)
   # SRS-LBP's PCA fit on train/ is the same for every run: kept beside the patch cache.
   os.makedirs(os.path.join(workdir, 'eval'), exist_ok=True)
   for kept in glob.glob(os.path.join(_path(CACHE), 'srs_lbp_fit-*.npy')):

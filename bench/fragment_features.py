@@ -1,21 +1,21 @@
 """The fragment task's per-fragment work and its end-to-end paths, against the code they
-replaced (bench/reference_patches.py, retrieval/lbp_host.py), in turns.
+replaced (bench/reference_patches.py, retrieval/features/lbp_host.py), in turns.
 
   python -m bench.fragment_features [--quick]
 
 - Per-fragment work other than the encoder: decode, area, binarisation, keypoints, patches
-  and SRS-LBP of synthetic fragments (retrieval/synth.py), as the evaluator and the index
-  now run it (retrieval/patches.py: each file read once in worker processes, SIFT detection
+  and SRS-LBP of synthetic fragments (retrieval/synthetic/synth.py), as the evaluator and the index
+  now run it (retrieval/features/patches.py: each file read once in worker processes, SIFT detection
   only, the rest in the workers on a CPU-only machine or on the device), against the code
   before: a thread pool sized by os.cpu_count(), each fragment decoded, cut by scikit-image's
   Sauvola and OpenCV SIFT (detection and description), decoded again for SRS-LBP. A second
   row runs the device kernels on whatever device this is (on a CPU: the same silicon). The
   patches and SRS-LBP features must be equal.
 - The evaluator's work on one split (its patches, their embeddings, its SRS-LBP features and
-  those of the train sample its PCA is fitted on), as retrieval/evaluate.py runs it now,
+  those of the train sample its PCA is fitted on), as retrieval/fragments/evaluate.py runs it now,
   against the same steps with the code before (the embedding without the train step's
   compiler options, as before).
-- Index build (launch.index: retrieval/index.py's build) against the index's embedding
+- Index build (launch.index: retrieval/collections/index.py's build) against the index's embedding
   before (bench/reference_patches.py: lbp_sample_pca, embed).
 - The embedding step alone, patches/s, with the train step's XLA options against XLA's
   defaults: the embeddings must be equal.
@@ -63,8 +63,9 @@ def per_fragment(config, src):
   (patches per fragment, SRS-LBP features)."""
   import concurrent.futures
   from bench import reference_patches
-  from retrieval import lbp_host
-  from retrieval import patches, reader
+  from retrieval.features import lbp_host
+  from retrieval.features import buckets, patches
+  from retrieval.fragments import reader
   i = config.input
   names = [os.path.basename(f.path) for f in src.fragments]
   params = dict(size=i.patch_size, max_patches=i.max_patches, ink_bounds=i.ink_bounds,
@@ -101,9 +102,9 @@ def evaluator_split(config, model, tmp):
   """(new, reference) callables doing the evaluator's work on split 'test'."""
   import concurrent.futures
   from bench import reference_patches
-  from retrieval import lbp_host
-  from bengrapheme import evaluation
-  from retrieval import data, evaluate, reader
+  from retrieval.features import lbp_host
+  from bengrapheme import inference
+  from retrieval.fragments import data, evaluate, reader
   runs = iter(range(10 ** 6))
   i = config.input
 
@@ -131,8 +132,8 @@ def evaluator_split(config, model, tmp):
 
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
       cuts = np.concatenate(list(pool.map(cut, range(len(test)))))
-    from retrieval.index import _Patches
-    next(evaluation.outputs_by_source(model, evaluate.embedding_fn(config), [_Patches(cuts)],
+    from retrieval.collections.index import _Patches
+    next(inference.outputs_by_source(model, evaluate.embedding_fn(config), [_Patches(cuts)],
                                       batch_size=config.eval.batch_size,
                                       compiler_options=False))
     fit_on = np.random.default_rng(config.seed).permutation(len(train))
@@ -144,7 +145,7 @@ def evaluator_split(config, model, tmp):
 
 def index_build(config, model, tmp, listing):
   from bench import reference_patches
-  from retrieval import index as index_lib
+  from retrieval.collections import index as index_lib
   runs = iter(range(10 ** 6))
   settings = dict(power=0.7, whitening_dims=0, rerank_k=0, fusion_weight=0.25)
   paths = [os.path.join(listing.root, p) for p in listing.paths]
@@ -162,11 +163,11 @@ def index_build(config, model, tmp, listing):
 
 
 def embedding_step(config, model, src):
-  from bengrapheme import evaluation
-  from retrieval import evaluate
+  from bengrapheme import inference
+  from retrieval.fragments import evaluate
 
   def run(options):
-    return lambda: next(evaluation.outputs_by_source(
+    return lambda: next(inference.outputs_by_source(
         model, evaluate.embedding_fn(config), [src], batch_size=config.eval.batch_size,
         compiler_options=options))['embedding']
 
@@ -174,7 +175,10 @@ def embedding_step(config, model, src):
 
 
 def run(quick):
-  from retrieval import collection, data, patches, reader, synth
+  from retrieval.collections import collection
+  from retrieval.fragments import data, reader
+  from retrieval.features import buckets, patches
+  from retrieval.synthetic import synth
   size = 'quick' if quick else 'full'
   rows = []
   with tempfile.TemporaryDirectory() as tmp:
@@ -188,7 +192,7 @@ def run(quick):
     model = trained_model(config)
 
     new, reference = per_fragment(config, test)
-    where = 'device kernels' if patches.on_device() else 'worker processes'
+    where = 'device kernels' if buckets.on_device() else 'worker processes'
     best = common.interleaved({'new': new, 'reference': reference}, 2)
     assert_equal(best['new'][1], best['reference'][1])
     rate, reference_rate = n / best['new'][0], n / best['reference'][0]
@@ -200,8 +204,8 @@ def run(quick):
         note=f'{n} synthetic fragments of {pixels:,.0f} px on average: decode, area, ink, '
              f'keypoints, patches, SRS-LBP, here in {where}; patches and SRS-LBP equal '
              '(asserted)'))
-    if not patches.on_device():  # the kernels an accelerator runs, on this CPU
-      with patches.forced_device():
+    if not buckets.on_device():  # the kernels an accelerator runs, on this CPU
+      with buckets.forced_device():
         best = common.interleaved({'new': new, 'reference': reference}, 1)
       assert_equal(best['new'][1], best['reference'][1])
       kernels = n / best['new'][0]

@@ -6,9 +6,9 @@
   relative path, size and time) at the largest N below, and what 350,000 fragments (the
   Cairo Genizah) would take. (The index's build rate is bench/fragment_features.py's.)
 - Query latency: one query against N indexed images (10,000, 100,000, 350,000; synthetic
-  descriptors), the fused distance and its 20 nearest as retrieval/search.py computes them on
+  descriptors), the fused distance and its 20 nearest as retrieval/collections/search.py computes them on
   the device, against the host search it replaced (bench/reference_search.py: the [1, N]
-  distances of retrieval/metrics.py's kernels, z-scored, fused and ranked in numpy), in
+  distances of retrieval/fragments/metrics.py's kernels, z-scored, fused and ranked in numpy), in
   turns; the 20 nearest must be the same. Target at 350,000: 4x the host search. With the
   latency growing linearly in N, the row says where an exact search passes 1 s.
 - Encoder only: the 64-d squared Euclidean distance alone (no fusion) and its 20 nearest at
@@ -37,7 +37,8 @@ TOP = 20
 
 def synthetic_index(n, seed=0):
   """An Index of n images with random unit descriptors and SRS-LBP-like embeddings."""
-  from retrieval import index as index_lib, pca
+  from retrieval.collections import index as index_lib
+  from retrieval.features import pca
   rng = np.random.default_rng(seed)
   x = pca.l2_normalise(rng.normal(size=(n, 64)).astype(np.float32))
   lbp = pca.l2_normalise(np.sqrt(rng.gamma(0.5, size=(n, 200))).astype(np.float32))
@@ -51,7 +52,7 @@ def synthetic_index(n, seed=0):
 
 
 def bytes_per_image(n):
-  from retrieval import index as index_lib
+  from retrieval.collections import index as index_lib
   with tempfile.TemporaryDirectory() as tmp:
     path = os.path.join(tmp, 'index.npz')
     index_lib.save(path, synthetic_index(n))
@@ -60,9 +61,9 @@ def bytes_per_image(n):
 
 def latency(index, repeats):
   """(device seconds, host seconds, seconds to prepare the searcher): one query's 20
-  nearest, by retrieval/search.py and by the host search it replaced."""
+  nearest, by retrieval/collections/search.py and by the host search it replaced."""
   from bench import reference_search
-  from retrieval import search
+  from retrieval.collections import search
   start = time.perf_counter()
   searcher = search.Searcher.of(index)
   prepare_s = time.perf_counter() - start
@@ -81,9 +82,9 @@ def latency(index, repeats):
 
 def encoder_only(index, repeats):
   """(our seconds, faiss seconds): one query's 20 nearest by the encoder's squared Euclidean
-  distance alone, by retrieval/search.py and by faiss's exact IndexFlatL2."""
+  distance alone, by retrieval/collections/search.py and by faiss's exact IndexFlatL2."""
   import faiss
-  from retrieval import search
+  from retrieval.collections import search
   settings = dict(index.header['settings'], fusion_weight=0.0)
   searcher = search.Searcher.of(dataclasses.replace(index, header=dict(index.header,
                                                                        settings=settings)))
@@ -103,7 +104,7 @@ def encoder_only(index, repeats):
 def closest_pairs(n):
   """(device seconds, host seconds): the 20 closest pairs of n images."""
   from bench import reference_search
-  from retrieval import search
+  from retrieval.collections import search
   searcher = search.Searcher.of(synthetic_index(n, seed=1))
   host = reference_search.Searcher(searcher)
   timed = common.interleaved(

@@ -19,17 +19,17 @@ Every figure is against a reference timed in turns with it, fastest of `repeats`
     reshape, then shuffled batches from memory, one pass over the images with the load
     included. How fast those batches come once everything is loaded is in the note: a
     notebook pays the load once per run, this pipeline never (and never holds the 6.5 GB).
-- fragment reader: `retrieval.reader.FragmentSource` (JPEG decode, fit into the
+- fragment reader: `retrieval.fragments.reader.FragmentSource` (JPEG decode, fit into the
   configs/fragments.py:hisfrag20 square, validity checks) through the same grain pipeline,
   against a plain single-threaded PIL loop doing the decode and fit alone.
-- fragment batches from the cache: what training reads every epoch (`retrieval.task` decodes
+- fragment batches from the cache: what training reads every epoch (`retrieval.fragments.task` decodes
   each fragment once into a memory-mapped array), against the same PIL loop.
 
 The grain pipelines are timed once running: each grain thread builds a whole batch, so the
 first batches take a round of num_threads batches; that start is read untimed (see _stream).
 
 Data is synthetic: Kaggle-layout images from bench.common (paper noise and strokes), and
-fragments cut by retrieval.synth from a few synthetic pages, copied under new names up to
+fragments cut by retrieval.synthetic.synth from a few synthetic pages, copied under new names up to
 the count needed (the same JPEG bytes decode at the same cost).
 """
 import math
@@ -193,7 +193,7 @@ def grapheme_benchmarks(workdir, n, repeats):
 
 def fragment_folder(workdir, n, pages):
   """n fragment JPEGs named WID_PID_FID.jpg: synthetic fragments, copied under new names."""
-  from retrieval import synth
+  from retrieval.synthetic import synth
   pieces = workdir / 'pieces'
   synth.write_dataset(str(pieces), 1, 1, pages, seed=0, workers=1)  # pages a writer
   files = sorted(pieces.glob('*/*.jpg'))
@@ -229,7 +229,7 @@ def pil_loop(paths, size, color, batch):
 
 def fragment_benchmarks(workdir, n, pages, repeats):
   from configs import fragments as fragments_config
-  from retrieval import data, reader
+  from retrieval.fragments import data, reader
   config = fragments_config.get_config('hisfrag20')
   size, color = 512, False  # the reader's own fitted records, measured as before
   num_threads = config.input.num_threads
@@ -279,9 +279,9 @@ def fragment_benchmarks(workdir, n, pages, repeats):
 
 
 def _patch_stream(src, batch, num_threads):
-  """Times the batches retrieval/data.py:train_data reads: a P x K draw of patch indices,
+  """Times the batches retrieval/fragments/data.py:train_data reads: a P x K draw of patch indices,
   then one gather from the memory map per batch (num_threads batches read untimed first)."""
-  from retrieval import data
+  from retrieval.fragments import data
   sampler = data.PKBatches(src.patch_writer, 8, batch // 8, seed=0)
   dataset = grain.MapDataset.source(sampler).map(lambda idx: src.patches()[idx])
   it = iter(dataset.to_iter_dataset(grain.ReadOptions(num_threads=num_threads,

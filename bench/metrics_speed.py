@@ -10,7 +10,7 @@
   its three matrices fetched and scored (`from_confusion`). Results must be equal (asserted).
 - Retrieval metrics at the HisFrag20 test size (20,019 embeddings, d = 512, 1,152 writers,
   2,732 pages; writer and page mAP / Top-1 / Pr@10 / Pr@100 from one call),
-  `retrieval.metrics.retrieval_metrics` against a numpy evaluator written the way the
+  `retrieval.fragments.metrics.retrieval_metrics` against a numpy evaluator written the way the
   organisers' one is (wi19_evaluate: sort each query's row of distances, then cumulative sums
   over the relevance of the sorted row), by blocks of query rows so that it fits in memory.
   Results must be equal (asserted to 1e-6: the kernel sums each query's precisions in
@@ -173,7 +173,7 @@ def _worker(contender, size):
       return product_jax, None
     if contender == 'numpy':
       return (lambda: numpy_evaluator(x, writer, page)), None
-    from retrieval import metrics
+    from retrieval.fragments import metrics
     start = time.perf_counter()
     metrics.retrieval_metrics(x, labels)  # compiles
     return (lambda: metrics.retrieval_metrics(x, labels)), dict(

@@ -240,7 +240,7 @@ def fragment_folder(root, n_test, n_train):
   """HisFrag20-named copies of synthetic fragments: train/ and test/ under root."""
   if (root / 'test').is_dir():
     return root
-  from retrieval import synth
+  from retrieval.synthetic import synth
   pieces = root.parent / f'{root.name}-pieces'
   shutil.rmtree(pieces, ignore_errors=True)
   synth.write_dataset(str(pieces), 4, 4, 4, seed=0, workers=2)
@@ -283,7 +283,7 @@ def fragments(scale, work):
   out = work / 'matrix'
   m = measure(python(
       'import json, time, numpy as np',
-      'from retrieval import distances_io, metrics',
+      'from retrieval.fragments import distances_io, metrics',
       'from bengrapheme import files',
       f'n = {n_full}',
       'rng = np.random.default_rng(0)',

@@ -21,7 +21,7 @@ import os
 import subprocess
 
 from bench import common, run
-from bengrapheme import evaluation, files
+from bengrapheme import inference, files
 
 RECORDS = os.path.join(common.ROOT, 'bench', 'records')
 README = os.path.join(common.ROOT, 'README.md')
@@ -362,7 +362,7 @@ TABLES = {
     'family-ceiling': (CEILING_COLUMNS, (
         ('the validation family (chooses)', 'family-ceiling', 'valfam/'),
         ('the third draw (reports)', 'family-ceiling', 'third/'),
-        ("the own test (reports; retrieval/synth.py's draw)", 'family-ceiling', 'test/'))),
+        ("the own test (reports; retrieval/synthetic/synth.py's draw)", 'family-ceiling', 'test/'))),
     'maskfeat-demo': (PROBE_COLUMNS, (
         ('val writers: the untrained trunk', 'maskfeat-demo-untrained', 'val/'),
         ('val writers: `configs/maskfeat.py:demo`, 600 steps', 'maskfeat-demo', 'val/'))),
@@ -476,7 +476,7 @@ def add(name, workdir, commands, commit, note, scores=None):
   if scores is None:
     with open(os.path.join(workdir, 'eval', 'metrics.json')) as f:
       scores = json.load(f)
-  scores = evaluation.flatten(scores)
+  scores = inference.flatten(scores)
   if not commit:
     commit = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=common.ROOT, check=True,
                             capture_output=True, text=True).stdout.strip()

@@ -1,15 +1,15 @@
 """The fragment pipeline before issue 36, kept verbatim as the reference that the device
-kernels (retrieval/patches.py, binarise.py, keypoints.py, lbp.py) and their pipeline are
+kernels (retrieval/features/patches.py, binarise.py, keypoints.py, lbp.py) and their pipeline are
 timed and compared against (bench/fragment_features.py, tests):
 
 - `extract`: the patch extractor: scikit-image's Sauvola in float64, OpenCV SIFT detection
   and description on the host, one fragment at a time;
-- `lbp_sample_pca`, `embed`: retrieval/index.py's embedding of a collection: each image read
+- `lbp_sample_pca`, `embed`: retrieval/collections/index.py's embedding of a collection: each image read
   in a thread pool sized by os.cpu_count(), cut by `extract`, decoded again for SRS-LBP, a
   chunk extracted, then embedded, in turns.
 
 Only the imports differ: retrieval modules this code called now have device versions, so it
-calls the numpy SRS-LBP where it now lives (retrieval/lbp_host.py, unchanged) and `extract` here.
+calls the numpy SRS-LBP where it now lives (retrieval/features/lbp_host.py, unchanged) and `extract` here.
 """
 import collections
 import concurrent.futures
@@ -21,9 +21,11 @@ import numpy as np
 from skimage.filters import threshold_sauvola
 
 
-from bengrapheme import console, errors, evaluation
-from retrieval import aggregate, collection, evaluate, lbp, lbp_host, pca, reader
-from retrieval.index import CHUNK, Entries, _Patches
+from bengrapheme import console, errors, inference
+from retrieval.features import aggregate, lbp, lbp_host, pca
+from retrieval.collections import collection
+from retrieval.fragments import evaluate, reader
+from retrieval.collections.index import CHUNK, Entries, _Patches
 
 SAUVOLA_WINDOW = 25  # px: a few stroke widths at HisFrag20's resolution
 
@@ -170,7 +172,7 @@ def embed(config, model, settings, lbp_pca, jobs, on_chunk, progress=None, lbp_k
       yield _Patches(np.concatenate(cuts))
 
   with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
-    for rows in evaluation.outputs_by_source(model, evaluate.embedding_fn(config),
+    for rows in inference.outputs_by_source(model, evaluate.embedding_fn(config),
                                              sources(pool), batch_size=config.eval.batch_size,
                                              compiler_options=False):
       finish(*pending.popleft(), rows['embedding'])

@@ -1,9 +1,9 @@
 """The host (numpy) search and SGR re-ranking that the device versions replaced.
 
-retrieval/search.py's `Searcher.nearest` and `closest_pairs`, and retrieval/aggregate.py's
+retrieval/collections/search.py's `Searcher.nearest` and `closest_pairs`, and retrieval/features/aggregate.py's
 `sgr`, now run on the device and return only what they rank. This is the code they replaced,
 copied verbatim: `Searcher.distances` (each block of queries' [Q, N] distances, from
-retrieval/metrics.py's `Against` kernels, z-scored and fused on the host), `nearest` and
+retrieval/fragments/metrics.py's `Against` kernels, z-scored and fused on the host), `nearest` and
 `closest_pairs` (numpy top-k over those rows) and `sgr` (numpy, a sparse neighbour matrix).
 It is kept so that bench/index_scale.py times the device versions against it and
 tests/retrieval/test_search.py compares their rankings with it.
@@ -11,13 +11,13 @@ tests/retrieval/test_search.py compares their rankings with it.
 import numpy as np
 import scipy.sparse
 
-from retrieval import metrics
+from retrieval.fragments import metrics
 
 BLOCK = 256  # queries a kernel call ranks at once
 
 
 class Searcher:
-  """The old Searcher's distances, over the vectors of a retrieval/search.py `Searcher`."""
+  """The old Searcher's distances, over the vectors of a retrieval/collections/search.py `Searcher`."""
 
   def __init__(self, searcher):
     self.descriptors, self.lbp = searcher.descriptors, searcher.lbp

@@ -33,7 +33,7 @@ COMMON = ('--config.train.ema_decay=0.9',)
 
 def write_data(root):
   from bengrapheme.grapheme import synth as grapheme_synth
-  from retrieval import synth as fragment_synth
+  from retrieval.synthetic import synth as fragment_synth
   paths = {'grapheme': os.path.join(root, 'bengali'), 'fragments': os.path.join(root, 'hisfrag')}
   grapheme_synth.write_dataset(paths['grapheme'], num_train=96, num_test=24, seed=0, workers=1)
   fragment_synth.write_dataset(paths['fragments'], writers_train=6, writers_test=4,

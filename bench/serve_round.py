@@ -9,7 +9,7 @@ decisions database that already holds decisions, so that each round walks past d
 pairs:
 
 - one image's round: its 20 nearest images not yet decided with it, an exact search of the
-  whole index at each request (retrieval/workbench/rounds.py image_round); 10,000 and
+  whole index at each request (retrieval/collections/workbench/rounds.py image_round); 10,000 and
   350,000 images (the Cairo Genizah's size). Targets: 200 ms at 10,000, 1 s at 350,000.
 - the collection's round: the next 20 of its closest pairs not yet decided, from the list
   ranked once when the app starts (exact, every pair; its time is in the note); 10,000
@@ -39,7 +39,7 @@ DECIDED = 500  # decisions already in the database
 def serve(folder, root, db):
   import uvicorn
   import threading
-  from retrieval.workbench import app as app_lib
+  from retrieval.collections.workbench import app as app_lib
   settings = app_lib.Settings(workdir=root, folder=folder, db=db, round_size=ROUND)
   app = app_lib.create(settings)
   server = uvicorn.Server(uvicorn.Config(app, host='127.0.0.1', port=0, log_level='warning'))
@@ -58,7 +58,7 @@ def fetch(url):
 
 def decide(bench, pairs, anchor_pairs):
   """Keeps decisions on `pairs` [(a, b)] straight into the database, as the app would."""
-  from retrieval.workbench import db as db_lib
+  from retrieval.collections import decisions as db_lib
   for a, b in list(pairs) + list(anchor_pairs):
     bench.decisions.add(db_lib.Decision(a=a, b=b, a_size=1, a_mtime_ns=1, b_size=1,
                                         b_mtime_ns=1, verdict='different', note='',
@@ -67,7 +67,7 @@ def decide(bench, pairs, anchor_pairs):
 
 
 def measure(n, repeats, collection_round):
-  from retrieval import index as index_lib
+  from retrieval.collections import index as index_lib
   rows = []
   with tempfile.TemporaryDirectory() as tmp:
     folder = os.path.join(tmp, 'index')

@@ -19,7 +19,7 @@ with it, on the same checkpoint. '' chooses nothing: the config's own settings a
 """
 import importlib
 
-from bengrapheme import console, errors, evaluation, protocols
+from bengrapheme import console, errors, inference, protocols
 
 ENTRY_KEYS = ('type', 'split', 'every')
 
@@ -86,7 +86,7 @@ def make(config, task, workdir, names=None, skipped=None):
     try:
       made = factory(config, task, name)(own_config(config, name), split, workdir)
       found[name] = protocols.check(made, protocols.Evaluator, f'evaluator evals.{name}')
-    except evaluation.Unlabelled as e:
+    except inference.Unlabelled as e:
       console.say(f'Skipping {e}')
       if skipped is not None:
         skipped[name] = str(e)

@@ -3,7 +3,7 @@ plugs into, written as typing.Protocols. train.load_task checks a task module,
 train.init_state its model and bengrapheme/evaluators.py each evaluator when they are made,
 naming in one line what is missing.
 
-A task is a module named by `config.task` (bengrapheme/grapheme/task.py, retrieval/task.py);
+A task is a module named by `config.task` (bengrapheme/grapheme/task.py, retrieval/fragments/task.py);
 docs/adding-a-task.md walks through adding one.
 """
 from typing import Any, Protocol
@@ -29,7 +29,7 @@ class Task(Protocol):
 
   # And EVALUATORS: {name: callable(config, split, workdir) -> Evaluator}, the evaluators
   # config.evals.NAME.type may name (bengrapheme/evaluators.py); a callable raises
-  # evaluation.Unlabelled when its split has nothing to score.
+  # inference.Unlabelled when its split has nothing to score.
 
   def random_batch(self, config, local_batch) -> dict:
     """Random data with train_data's keys, shapes and dtypes (launch.train --dry_run's)."""
@@ -48,7 +48,7 @@ class Predictor(Protocol):
   """Optional: a task with a submission format (launch.predict)."""
 
   def predict(self, config, model, workdir) -> str:
-    """Writes the submission file from an evaluation.TrainedModel; returns its path."""
+    """Writes the submission file from an inference.TrainedModel; returns its path."""
 
 
 class DataInit(Protocol):
@@ -100,7 +100,7 @@ class Sampler(Protocol):
 class Evaluator(Protocol):
 
   def run(self, model, chosen=None, tune=False) -> tuple[dict, Any]:
-    """(scores, details) of an evaluation.TrainedModel: scores a nested dict of floats with
+    """(scores, details) of an inference.TrainedModel: scores a nested dict of floats with
     the headline under 'score'; details whatever report_sections draws.
     tune: this is eval.tune_split's evaluator; it puts the post-processing settings it
     chooses in scores['tuned_settings']. chosen: those settings, when another evaluator

@@ -3,7 +3,7 @@ data URIs), so it can be mailed, archived or opened from a bucket with nothing b
 
 Charts are drawn by matplotlib's SVG backend (the field's plotting library: axes, ticks and
 legends done right, no hand-written layout code to keep).
-Each task's evaluator adds its own sections (bengrapheme/evaluation.py); this module holds
+Each task's evaluator adds its own sections (bengrapheme/inference.py); this module holds
 the page, the HTML helpers and the training curves every task shares.
 """
 import base64

@@ -8,12 +8,12 @@ import textwrap
 
 import jax
 
-from bengrapheme import (checkpoint, console, evaluation, evaluators, files, parallel, report,
+from bengrapheme import (checkpoint, console, inference, evaluators, files, parallel, report,
                          train)
 
 
 def trained_model(config, workdir):
-  """(task, evaluation.TrainedModel) from the newest checkpoint in `workdir`."""
+  """(task, inference.TrainedModel) from the newest checkpoint in `workdir`."""
   checkpoint.require(workdir)  # before the model is built, which takes a while
   task = train.load_task(config)
   mesh = parallel.make_mesh(config.mesh)
@@ -45,7 +45,7 @@ def evaluate(config, workdir, names=None):
                 'chosen post-processing.')
 
   def keep(name, evaluator, scores, details):
-    metrics[name] = evaluation.flatten(scores)
+    metrics[name] = inference.flatten(scores)
     summaries[name] = evaluator.summary(scores)
     console.say(f'Drawing the report of {name!r}...')
     sections.extend(evaluator.report_sections(scores, details))

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from bengrapheme import (checkpoint, console, errors, evaluation, evaluators, files, logs,
+from bengrapheme import (checkpoint, console, errors, inference, evaluators, files, logs,
                          parallel, protocols, workdir_lock)
 from bengrapheme.models import pytorch_weights
 
@@ -493,7 +493,7 @@ def _train(config, workdir, task, cleanup):
 
       def log(name, evaluator, scores, details):
         del details
-        logger.write(step, evaluation.flatten({name: scores}))
+        logger.write(step, inference.flatten({name: scores}))
         console.say(f'step {step:,} {name}: {evaluator.headline(scores)}')
       with progress.paused():
         console.say(f'Evaluating {", ".join(due)} at step {step:,}...')
@@ -514,7 +514,7 @@ def save_config(config, workdir):
 
 
 def trained_model(graphdef, state, mesh, step):
-  """The evaluation.TrainedModel of a train state: the model in eval mode as pure functions
+  """The inference.TrainedModel of a train state: the model in eval mode as pure functions
   of its variables (what evaluators jit), with the evaluation variables."""
   def apply(variables, images):
     return nnx.merge(graphdef, *variables)(images, train=False)
@@ -524,4 +524,4 @@ def trained_model(graphdef, state, mesh, step):
     # and channel axes (a feature map's positions, a ViT's tokens).
     out = nnx.merge(graphdef, *variables).backbone(images, train=False)
     return out.reshape(out.shape[0], -1, out.shape[-1]).astype(jnp.float32).mean(1)
-  return evaluation.TrainedModel(apply, eval_variables(state), mesh, step, features)
+  return inference.TrainedModel(apply, eval_variables(state), mesh, step, features)

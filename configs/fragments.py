@@ -3,7 +3,7 @@
 DATA holds train/ and test/ folders of WID_PID_FID.jpg fragments (the HisFrag20 layout).
 
   # CPU demo on synthetic writers (make demo-fragments runs all of it):
-  python -m retrieval.synth --out data/fragments-synth --writers-train 60 --writers-test 30 \
+  python -m retrieval.synthetic.synth --out data/fragments-synth --writers-train 60 --writers-test 30 \
       --pages-per-writer 4 --seed 0 --workers 2
   python -m launch.train --config configs/fragments.py:demo --data data/fragments-synth \
       --workdir workdirs/fragments-demo
@@ -89,21 +89,21 @@ def saghog(c, size):
 def get_config(arg='demo'):
   a = defaults.arguments(arg, 'configs/fragments.py', size=SIZES, recipe=RECIPES, data=DATA)
   c = defaults.config()  # the trainer's fields; what follows is this task's
-  c.task = 'retrieval.task'
-  # data.dir holds train/ and test/; format='tfds' reads retrieval/tfds_hisfrag20.py's build,
+  c.task = 'retrieval.fragments.task'
+  # data.dir holds train/ and test/; format='tfds' reads retrieval/fragments/tfds_hisfrag20.py's build,
   # 'collection' any folder of images without labels (variant collection).
   # The val split: a val_writers share of train/'s writers, drawn by val_seed and left out of
-  # training (retrieval/data.py), on which the evaluator chooses its post-processing.
+  # training (retrieval/fragments/data.py), on which the evaluator chooses its post-processing.
   c.data.update(format='folder', val_writers=0.2, val_seed=0)
   # decisions: the workbench's database (launch.serve --db): accepted and rejected pairs of a
-  # collection trained beside its surrogate classes (retrieval/workbench/learn.py).
+  # collection trained beside its surrogate classes (retrieval/collections/learn.py).
   c.data.decisions = ''
   # Training and evaluation read 32x32 binarised patches centred on ink at SIFT keypoints, at
-  # each fragment's own resolution (retrieval/patches.py), at most max_patches a fragment,
+  # each fragment's own resolution (retrieval/features/patches.py), at most max_patches a fragment,
   # with an ink share within ink_bounds.
   # scales: training cuts every fragment at each of these sizes (scale augmentation: the
   # same hand as scanned at other resolutions); eval_scales: its test-time counterpart, a
-  # fragment's descriptor summing the patches of every scale (retrieval/data.py).
+  # fragment's descriptor summing the patches of every scale (retrieval/fragments/data.py).
   c.input = dict(patch_size=32, max_patches=48, ink_bounds=(0.05, 0.6), num_threads=8,
                  scales=(1.0,), eval_scales=(1.0,))
   # A CIFAR ResNet-20 (bengrapheme/models/cifar_resnet.py) -> GeM -> 64-d, per patch.
@@ -113,7 +113,7 @@ def get_config(arg='demo'):
       # A PyTorch state_dict (torchvision or timm names) for the backbone to start from
       # (bengrapheme/models/pytorch_weights.py; docs/pretrained-weights.md).
       init_from='')
-  # loss.name chooses one of retrieval/losses.py's LOSSES; loss.NAME holds its constants.
+  # loss.name chooses one of retrieval/fragments/losses.py's LOSSES; loss.NAME holds its constants.
   # Multi-similarity (Wang et al. 2019's constants): batch-hard triplets from scratch
   # collapsed every embedding to one point on the synthetic demo; `--config.loss.name=
   # batch_hard` (soft margin unless `--config.loss.batch_hard.margin=0.2`) is kept for
@@ -125,12 +125,12 @@ def get_config(arg='demo'):
   c.aug.update(affine=True, rotate_deg=3.0, scale=(0.95, 1.05), translate=0.05)
   # P x K batches: writers_per_batch classes, batch_size / writers_per_batch patches each.
   # labels: 'writer' (the WID of the file names) or 'surrogate' (k-means clusters of the
-  # patches' SIFT descriptors: no writer labels needed; retrieval/surrogate.py).
+  # patches' SIFT descriptors: no writer labels needed; retrieval/features/surrogate.py).
   c.train.update(steps=600, batch_size=256, lr=2e-3, warmup_steps=50, log_every=25,
                  checkpoint_every=100)
   c.train.update(writers_per_batch=16, labels='writer', surrogate_classes=500)
   # Fragment descriptor: aggregation 'sum' or 'vlad' (vlad_centres k-means centres) of the
-  # patch embeddings, power-normalised (power) and L2. Post-processing (retrieval/evaluate.py):
+  # patch embeddings, power-normalised (power) and L2. Post-processing (retrieval/fragments/evaluate.py):
   # PCA-whitening to whitening_dims (0: none), fitted on the evaluated split itself
   # (whitening='self': transductive, no labels) or on train; SGR re-ranking with rerank_k
   # neighbours (0: none); fusion with SRS-LBP at fusion_weight (0: none). All off here: the
@@ -169,7 +169,7 @@ def get_config(arg='demo'):
     c.model.args = dict(depth=8, width=4, dtype='float32')
     c.model.embedding_dim = 16
   elif a.data != 'collection':
-    # The demo's choices on the validation family (retrieval/synth_val.py; docs/fragments.md,
+    # The demo's choices on the validation family (retrieval/synthetic/synth_val.py; docs/fragments.md,
     # records fragfam-*): scale augmentation and its test-time counterpart at 0.7, 1, 1.4;
     # learning rate 8e-3 (against 2e-3 and 4e-3).
     c.input.update(scales=(0.7, 1.0, 1.4), eval_scales=(0.7, 1.0, 1.4))
@@ -180,7 +180,7 @@ def get_config(arg='demo'):
     test_size(c)
 
   if a.data == 'collection':
-    # Any folder of images (retrieval/collection.py): no writer labels, so surrogate
+    # Any folder of images (retrieval/collections/collection.py): no writer labels, so surrogate
     # classes, and no split to score or to choose the post-processing on, so launch.index
     # uses the settings above (the encoder alone) unless given others.
     c.data.format = 'collection'

@@ -46,7 +46,7 @@ def get_config(arg='demo'):
   arg = defaults.arguments(arg, 'configs/maskfeat.py', size=VARIANTS).size
   c = defaults.config()
   c.task = 'retrieval.maskfeat.task'
-  # The fragment task's data and patches (retrieval/data.py): train/'s writers less the val
+  # The fragment task's data and patches (retrieval/fragments/data.py): train/'s writers less the val
   # share pre-train (their labels unread); the val writers score the probe. 'collection'
   # pre-trains on any folder of images (no probe then: it has no labels).
   c.data.update(format='folder', val_writers=0.2, val_seed=0)

@@ -15,7 +15,7 @@ def get_config(arg='demo'):
   arg = defaults.arguments(arg, 'configs/writer_id.py', size=VARIANTS).size
   c = defaults.config()
   c.task = 'retrieval.writer_id.task'
-  # The fragment task's folder and patch cache (retrieval/data.py) with no writer held out:
+  # The fragment task's folder and patch cache (retrieval/fragments/data.py) with no writer held out:
   # heldout_seed draws the held-out page of each writer.
   c.data.update(format='folder', val_writers=0.0, val_seed=0, heldout_seed=0)
   c.input = dict(patch_size=32, max_patches=48, ink_bounds=(0.05, 0.6), num_threads=8)

@@ -14,13 +14,13 @@ EVALS = flags.DEFINE_list('evals', None, 'The entries of config.evals to run (de
 
 def main(argv):
   del argv
-  from bengrapheme import eval_only, errors
+  from bengrapheme import restored, errors
   config = shared_flags.config()
   unknown = [n for n in EVALS.value or () if n not in config.evals]
   if unknown:
     raise errors.ConfigError(f'--evals {unknown[0]}: expected one of config.evals '
                              f'({", ".join(config.evals)})')
-  eval_only.evaluate(config, shared_flags.WORKDIR.value, EVALS.value)
+  restored.evaluate(config, shared_flags.WORKDIR.value, EVALS.value)
 
 
 if __name__ == '__main__':

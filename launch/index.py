@@ -5,7 +5,7 @@
 Every image under DIR (nested folders, any names; jpg, png or tif; colour or grey; black,
 white or transparent outside the fragment) gets the fragment descriptor of the workdir's
 newest checkpoint, with the post-processing the val split chose for it
-(retrieval/index.py). The index goes to WORKDIR/index (or --index). Rerun after adding or
+(retrieval/collections/index.py). The index goes to WORKDIR/index (or --index). Rerun after adding or
 removing images: only new or changed ones are embedded. An image that cannot be read is
 named, counted and left out.
 """
@@ -23,10 +23,10 @@ flags.mark_flag_as_required('collection')
 
 def main(argv):
   del argv
-  from bengrapheme import console, errors, eval_only, files
-  from retrieval import collection, index
+  from bengrapheme import console, errors, restored, files
+  from retrieval.collections import collection, index
   config = launch_flags.config()
-  if config.task != 'retrieval.task':
+  if config.task != 'retrieval.fragments.task':
     raise errors.UserError(f'{config.task}: launch.index indexes fragment images; give a '
                            'fragment config (configs/fragments.py:...)')
   workdir = launch_flags.WORKDIR.value
@@ -34,7 +34,7 @@ def main(argv):
   if files.is_bucket(folder):
     raise errors.UserError(f'{folder}: an index is written to a local folder; pass --index DIR')
   listing = collection.list_images(COLLECTION.value)  # before the model, which takes a while
-  _, model = eval_only.trained_model(config, workdir)
+  _, model = restored.trained_model(config, workdir)
   built, counts = index.build(config, model, workdir, listing, folder)
   console.show(
       f'Indexed {len(built.entries.paths):,} images of {listing.root} into '

@@ -8,12 +8,12 @@ from launch import cli, flags
 
 def main(argv):
   del argv
-  from bengrapheme import console, errors, eval_only, train
+  from bengrapheme import console, errors, restored, train
   config = flags.config()
   if not hasattr(train.load_task(config), 'predict'):
     raise errors.UserError(f'{config.task} has no predictor (it has no submission format); '
                      'python -m launch.evaluate writes its scores and exports')
-  task, model = eval_only.trained_model(config, flags.WORKDIR.value)
+  task, model = restored.trained_model(config, flags.WORKDIR.value)
   console.show(task.predict(config, model, flags.WORKDIR.value))
 
 

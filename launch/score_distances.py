@@ -22,7 +22,7 @@ flags.mark_flags_as_required(['distances', 'data'])
 
 
 def score(distances_csv, folder):
-  from retrieval import distances_io, metrics, reader
+  from retrieval.fragments import distances_io, metrics, reader
   distances, names = distances_io.read_distance_csv(distances_csv)
   fragments = {os.path.basename(f.path): f for f in reader.list_fragments(folder)}
   unknown = [n for n in names if n not in fragments]

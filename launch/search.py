@@ -30,7 +30,7 @@ flags.mark_flag_as_required('workdir')
 def main(argv):
   from absl import logging
   from bengrapheme import console, errors
-  from retrieval import search
+  from retrieval.collections import search
   logging.set_verbosity(logging.WARNING)  # as the other entry points: no Orbax INFO lines
   queries = QUERY.value + argv[1:]
   if bool(queries) == QUERY_COLLECTION.value:

@@ -6,7 +6,7 @@ Serves, at http://127.0.0.1:8765/, the indexed collection paged as thumbnails, a
 any of its images or by an uploaded one, and the candidate joins in rounds (the closest
 pairs not yet decided, side by side at one scale), each decided same hand / different /
 unsure with a note and the scholar's name. Decisions go to an SQLite database (default
-W/decisions.sqlite), exported as CSV or W3C Web Annotation JSON-LD (retrieval/workbench/).
+W/decisions.sqlite), exported as CSV or W3C Web Annotation JSON-LD (retrieval/collections/workbench/).
 
 Only this machine can reach it unless --host names another address; then an access token is
 required, printed here at start (open the address with ?token=...).
@@ -50,7 +50,7 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   import uvicorn
   from bengrapheme import console, errors
-  from retrieval.workbench import app as app_lib
+  from retrieval.collections.workbench import app as app_lib
   folder = INDEX.value or os.path.join(WORKDIR.value, 'index')
   local = loopback(HOST.value)
   settings = app_lib.Settings(

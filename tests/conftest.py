@@ -89,7 +89,7 @@ def run_module(module, *args, devices=1, timeout=600, check=True, env=None, pref
 @pytest.fixture(scope='session')
 def fragment_data(tmp_path_factory):
   """6 train and 4 test writers, 2 small pages each, cut into HisFrag20-named fragments."""
-  from retrieval import synth
+  from retrieval.synthetic import synth
   out = tmp_path_factory.mktemp('hisfrag') / 'data'
   synth.write_dataset(str(out), writers_train=6, writers_test=4, pages_per_writer=2, seed=0,
                       workers=1, page_size=(500, 700))

@@ -1,10 +1,10 @@
 """The grapheme evaluator (hierarchical macro recall, seen vs unseen graphemes) and the Kaggle
-submission, both fed by the one eval loop (bengrapheme/evaluation.py)."""
+submission, both fed by the one eval loop (bengrapheme/inference.py)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bengrapheme import console, evaluation, files
+from bengrapheme import console, inference, files
 from bengrapheme.grapheme import classes, data, kaggle, metrics, report, unseen
 from bengrapheme.grapheme.model import CROP_MARGIN, preprocess
 
@@ -88,7 +88,7 @@ class Evaluator:
     self.source = data.source(config, workdir, split)
     # Kaggle's test split has no labels (-1 everywhere).
     if not (self.source.labels >= 0).all():
-      raise evaluation.Unlabelled(
+      raise inference.Unlabelled(
           f"split {split!r} has no labels to score (Kaggle's test.csv has none; the synthetic "
           'data writes test_labels.csv)')
 
@@ -129,7 +129,7 @@ class Evaluator:
 
     sums = [np.zeros((len(rules), len(unseen.CATEGORIES), c, c), np.int32)
             for c in kaggle.NUM_CLASSES]
-    details, confusion = evaluation.outputs_by_row(
+    details, confusion = inference.outputs_by_row(
         model, predict, self.source, batch_size=config.eval.batch_size,
         keys=('image', 'labels'), what=f'predicting {len(self.source):,} {self.split} images',
         sums=sums)
@@ -220,13 +220,13 @@ def predict(config, model, workdir):
 
     console.say(f'Predicting the test images of {config.data.dir}, read from its parquet '
                 'files a window at a time...')
-    by_row = np.concatenate([rows['components'] for rows in evaluation.outputs_by_source(
+    by_row = np.concatenate([rows['components'] for rows in inference.outputs_by_source(
         model, components, sources(), batch_size=config.eval.batch_size,
         what='predicting a window of test images')])
   else:
     src = data.source(config, workdir, 'test')
     image_ids = src.image_ids
-    by_row = evaluation.outputs_by_row(model, components, src,
+    by_row = inference.outputs_by_row(model, components, src,
                                        batch_size=config.eval.batch_size,
                                        what=f'predicting {len(src):,} test images')['components']
   by_row = classes.to_competition(by_row)  # Kaggle scores the 7 consonant classes

@@ -3,7 +3,7 @@
 Images are .jpg / .jpeg / .png / .tif / .tiff (any case), colour or grey, 8 or 16 bit, any
 size. What lies outside the fragment may be black (HisFrag20), white, or transparent (an
 alpha channel); each image is brought to the HisFrag20 convention the patch extractor and
-SRS-LBP read (retrieval/reader.py): outside black (every channel <= BLACK_THRESHOLD), inside
+SRS-LBP read (retrieval/fragments/reader.py): outside black (every channel <= BLACK_THRESHOLD), inside
 brighter than that.
 
   alpha      any pixel not opaque: alpha < 128 is outside
@@ -14,7 +14,7 @@ brighter than that.
 
 Inside the fragment, pixels as dark as the black outside are lifted just above it, so the
 darkest ink of a white- or alpha-surrounded fragment is not taken for its outside (a
-HisFrag20 fragment has no such pixel, so it reads exactly as retrieval/reader.py reads it).
+HisFrag20 fragment has no such pixel, so it reads exactly as retrieval/fragments/reader.py reads it).
 """
 import dataclasses
 import os
@@ -24,7 +24,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from scipy import ndimage
 
 from bengrapheme import console
-from retrieval import reader
+from retrieval.fragments import reader
 
 EXTENSIONS = ('.jpg', '.jpeg', '.png', '.tif', '.tiff')
 WHITE_LEVEL = 245  # JPEG leaves white paper surrounds at 250-255, rarely below 245
@@ -148,7 +148,7 @@ def read_fragment(path):
 
 
 class CollectionSource(reader.FragmentSource):
-  """A collection as the fragment pipeline's listing (retrieval/data.py): every image its own
+  """A collection as the fragment pipeline's listing (retrieval/fragments/data.py): every image its own
   'writer' and 'page' (there are no labels), read by read_fragment."""
 
   def __init__(self, root, size, color=False):

@@ -1,11 +1,11 @@
 """The index of a collection (launch.index): one descriptor per image, for launch.search.
 
-Each image of the collection (retrieval/collection.py) gets the evaluator's fragment
-descriptor: its patches at its own resolution (retrieval/patches.py) embedded by the trained
-encoder, summed, power-normalised and L2-normalised (retrieval/aggregate.py); and, when the
-settings fuse SRS-LBP, its SRS-LBP embedding (retrieval/lbp.py, with a PCA fitted on a sample
+Each image of the collection (retrieval/collections/collection.py) gets the evaluator's fragment
+descriptor: its patches at its own resolution (retrieval/features/patches.py) embedded by the trained
+encoder, summed, power-normalised and L2-normalised (retrieval/features/aggregate.py); and, when the
+settings fuse SRS-LBP, its SRS-LBP embedding (retrieval/features/lbp.py, with a PCA fitted on a sample
 of the collection itself: no labels needed). The settings are those the val split chose for
-this checkpoint (retrieval/evaluate.py's method 'tuned'), read from the workdir's scores, or
+this checkpoint (retrieval/fragments/evaluate.py's method 'tuned'), read from the workdir's scores, or
 the config's own when it has no val split (a collection trained with surrogate classes).
 
 INDEX/index.npz holds everything search reads: the paths relative to the collection folder,
@@ -30,8 +30,10 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from bengrapheme import console, errors, evaluation, files, workdir_lock
-from retrieval import aggregate, collection, evaluate, lbp, patches, pca
+from bengrapheme import console, errors, inference, files, workdir_lock
+from retrieval.features import aggregate, lbp, patches, pca
+from retrieval.collections import collection
+from retrieval.fragments import evaluate
 
 LAYOUT = 1  # bump when index.npz changes
 CHUNK = 256  # images embedded, then kept in partial/, at a time
@@ -73,7 +75,7 @@ class Index:
 def checkpoint_digest(model):
   """16 hex digits of the model's variables: which checkpoint the descriptors came from (two
   workdirs at one step, or a retrained one, differ). The model's variables must all be on this
-  process (evaluation.process_local on a multi-process job)."""
+  process (inference.process_local on a multi-process job)."""
   digest = hashlib.sha256()
   for leaf in jax.device_get(jax.tree.leaves(model.variables)):
     digest.update(np.ascontiguousarray(leaf).tobytes())
@@ -167,7 +169,7 @@ def chosen_settings(config, workdir, step):
 
 
 class _Patches:
-  """Patches [n, S, S] as the records evaluation.outputs_by_source reads."""
+  """Patches [n, S, S] as the records inference.outputs_by_source reads."""
 
   def __init__(self, rows):
     self.rows = rows
@@ -253,7 +255,7 @@ def embed(config, model, settings, lbp_pca, jobs, on_chunk, progress=None, known
       pending.append((start, results))
       yield _Patches(np.concatenate(cuts))
 
-  for rows in evaluation.outputs_by_source(model, evaluate.embedding_fn(config), sources(),
+  for rows in inference.outputs_by_source(model, evaluate.embedding_fn(config), sources(),
                                            batch_size=config.eval.batch_size):
     finish(*pending.popleft(), rows['embedding'])
 
@@ -344,7 +346,7 @@ def _reusable(old, chunks, listing, sizes, mtimes):
 
 
 def _build_locked(config, model, root, folder, listing, settings, chosen_on):
-  local_model = evaluation.process_local(model)  # a collective: every process, once
+  local_model = inference.process_local(model)  # a collective: every process, once
   digest = checkpoint_digest(local_model)
   stamp = fingerprint(config, model.step, digest, settings)
   path = os.path.join(folder, 'index.npz')
@@ -376,7 +378,7 @@ def _build_locked(config, model, root, folder, listing, settings, chosen_on):
 
   # Each process its slice of the sorted images still to embed, on its own devices.
   mine = np.array_split(np.array(todo, np.int64), processes)[process].tolist()
-  # Patches are drawn seeded by the file's name (retrieval/patches.py), as for a query.
+  # Patches are drawn seeded by the file's name (retrieval/features/patches.py), as for a query.
   jobs = [(os.path.join(root, listing.paths[i]), os.path.basename(listing.paths[i]))
           for i in mine]
   numbers = itertools.count(len(chunks))

@@ -1,7 +1,7 @@
 """Training on a collection with the scholars' decisions (--config.data.decisions=PATH).
 
 A collection has no writer labels: its patches are trained to tell surrogate classes apart
-(retrieval/surrogate.py). The workbench's decisions add what scholars know, beside them:
+(retrieval/features/surrogate.py). The workbench's decisions add what scholars know, beside them:
 - accepted pairs (same hand), joined transitively (db.groups): all the patches of a group's
   fragments become one class, so the loss pulls the group's fragments together;
 - rejected pairs (different hands): each of their fragments not in a group becomes a class
@@ -9,7 +9,7 @@ A collection has no writer labels: its patches are trained to tell surrogate cla
 Unsure decisions say nothing and are left out. A batch draws half its classes from the
 decisions' classes (each rejected fragment with the one it was rejected against, so the
 negative is in the batch), the other half from the surrogate classes, K patches each, as the
-P x K batches of retrieval/data.py.
+P x K batches of retrieval/fragments/data.py.
 
 The labels are computed once, when a run starts, and kept in WORKDIR/decisions-labels.npz,
 so that a resumed run trains on the same classes even after more decisions were made.
@@ -19,7 +19,7 @@ import os
 import numpy as np
 
 from bengrapheme import console, errors, files
-from retrieval.workbench import db as db_lib
+from retrieval.collections import decisions as db_lib
 
 SNAPSHOT = 'decisions-labels.npz'
 
@@ -90,7 +90,7 @@ def snapshot(workdir, db_path, relative_paths, fragment_of, base):
 class DecisionBatches:
   """Global batch b: P classes x K patches, half the classes from the decisions' (a class,
   then one it was rejected against when it has one), the rest surrogate classes; a pure
-  function of (seed, b), as retrieval/data.py's PKBatches."""
+  function of (seed, b), as retrieval/fragments/data.py's PKBatches."""
 
   def __init__(self, labels, decided, partners, classes_per_batch, per_class, seed):
     by_class = {c: np.flatnonzero(labels == c) for c in np.unique(labels)}

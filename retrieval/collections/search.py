@@ -1,6 +1,6 @@
 """Searching an index (launch.search): the nearest images of a query, or of every image.
 
-The distance is the evaluator's for the settings the index holds (retrieval/evaluate.py):
+The distance is the evaluator's for the settings the index holds (retrieval/fragments/evaluate.py):
 PCA-whitening fitted on the indexed descriptors themselves (as eval.whitening='self'), the
 encoder's squared Euclidean distance, and with SRS-LBP fusion (1 - w) z(encoder) + w z(SRS-LBP),
 z normalising each distance by its mean and standard deviation over pairs of the collection
@@ -28,8 +28,10 @@ import numpy as np
 from jax import lax
 from PIL import Image
 
-from bengrapheme import errors, eval_only, files, report
-from retrieval import collection, index as index_lib, metrics, pca
+from bengrapheme import errors, restored, files, report
+from retrieval.collections import collection, index as index_lib
+from retrieval.fragments import metrics
+from retrieval.features import pca
 
 Z_PAIRS = 200_000
 BLOCK = 256  # the most queries a kernel call ranks at once
@@ -150,7 +152,7 @@ def _padded(a, size, value=0):
 
 
 def _norms(x):
-  return np.einsum('ij,ij->i', x, x)  # as retrieval/metrics.py's kernels take them
+  return np.einsum('ij,ij->i', x, x)  # as retrieval/fragments/metrics.py's kernels take them
 
 
 def _dims_outermost(rows):
@@ -267,7 +269,7 @@ def _intro(folder, index):
              'pair)' if h['settings']['rerank_k'] else '')
   return (f'Index {folder}: {len(index.entries.paths):,} images of {h["root"]}, checkpoint '
           f'step {h["step"]:,}, settings chosen on {h["chosen_on"]}: {settings}{skipped}. '
-          'Distances: lower is closer (z-normalised; retrieval/search.py).')
+          'Distances: lower is closer (z-normalised; retrieval/collections/search.py).')
 
 
 def _write(out, title, intro, groups):
@@ -278,7 +280,7 @@ def query_model(workdir, index):
   """(config, model) the index was built with: the newest checkpoint of `workdir`, refused
   when it is not the one the index's descriptors came from."""
   config = ml_collections.ConfigDict(json.loads(index.header['config']))
-  _, model = eval_only.trained_model(config, workdir)
+  _, model = restored.trained_model(config, workdir)
   built_with = index.header.get('checkpoint')
   if built_with != index_lib.checkpoint_digest(model):
     raise errors.UserError(

@@ -23,7 +23,7 @@ import numpy as np
 from jax import lax
 from sklearn.cluster import MiniBatchKMeans
 
-from retrieval import pca
+from retrieval.features import pca
 
 
 def sum_pool(x, starts):

@@ -1,6 +1,6 @@
 """Sauvola binarisation and box sums on the device, over padded batches.
 
-`ink_mask_padded` is retrieval/patches.py's `ink_mask` (scikit-image 0.26
+`ink_mask_padded` is retrieval/features/patches.py's `ink_mask` (scikit-image 0.26
 `threshold_sauvola(gray, window_size=25, k=0.2)`) for a batch: a pixel is ink when its grey
 level is below
 
@@ -8,7 +8,7 @@ level is below
 
 with m and s the mean and standard deviation of the window x window box centred on it, the
 image extended past its border by reflection without repeating the edge pixel (numpy's
-'reflect', as skimage pads). Each image of a padded batch (retrieval/buckets.py: top-left
+'reflect', as skimage pads). Each image of a padded batch (retrieval/features/buckets.py: top-left
 aligned) is extended at its own border, not the bucket's, by gathering its rows and columns
 through reflected indices, so padding changes no pixel.
 
@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from retrieval.decode import SAUVOLA_K, SAUVOLA_WINDOW  # the host's, which this equals
+from retrieval.features.decode import SAUVOLA_K, SAUVOLA_WINDOW  # the host's, which this equals
 
 SAUVOLA_R = 127.5  # skimage's default: half the dtype's range, 0.5 * (255 - 0)
 

@@ -8,8 +8,10 @@ fewer), and images of one bucket are batched together, the batch size rounded up
 of two. The kernels keep the padding out of every result by a mask (the fragment area, False
 in the padding) or by each image's true size.
 """
+import contextlib
 import math
 
+import jax
 import numpy as np
 
 LADDER = (64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
@@ -68,3 +70,24 @@ def _rung(n):
 
 def _floor_pow2(n):
   return 1 << (n.bit_length() - 1)
+
+
+WINDOW = 64  # fragments grouped into buckets at a time: bounds what waits in memory
+
+
+_forced = []
+
+
+def on_device():
+  """Whether the maps and SRS-LBP run on the device (an accelerator) or in the workers."""
+  return bool(_forced) or jax.default_backend() != 'cpu'
+
+
+@contextlib.contextmanager
+def forced_device():
+  """The device kernels even on a CPU: what tests and bench compare with the host's work."""
+  _forced.append(True)
+  try:
+    yield
+  finally:
+    _forced.pop()

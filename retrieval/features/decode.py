@@ -1,11 +1,11 @@
 """The host's part of the fragment features: each image read once, in worker processes.
 
-A worker decodes a fragment (retrieval/reader.py, or retrieval/collection.py for a scholar's
+A worker decodes a fragment (retrieval/fragments/reader.py, or retrieval/collections/collection.py for a scholar's
 folder), finds the fragment's area and OpenCV's SIFT keypoints (detection only: no
 descriptor is used). On an accelerator it hands the device the rest (`prepare`: the grey
-image, the area, the keypoints and SRS-LBP's mask; retrieval/patches.py, retrieval/lbp.py);
+image, the area, the keypoints and SRS-LBP's mask; retrieval/features/patches.py, retrieval/features/lbp.py);
 on a CPU-only machine it does the rest itself (`extract`: Sauvola and the patch tests in
-scikit-image and numpy, the draw, SRS-LBP in retrieval/lbp_host.py), which is faster there
+scikit-image and numpy, the draw, SRS-LBP in retrieval/features/lbp_host.py), which is faster there
 than the kernels, compiles nothing, and sends back only the patches. Both give the same
 patches. Workers run ahead of the consumer by a bounded number of fragments, so decoding
 overlaps the device's work and memory stays bounded.
@@ -24,7 +24,8 @@ from PIL import Image, ImageChops
 from skimage.filters import threshold_sauvola
 
 from bengrapheme import console
-from retrieval import lbp_host, reader
+from retrieval.features import lbp_host
+from retrieval.fragments import reader
 
 AHEAD = 128  # fragments decoded ahead of the consumer
 SAUVOLA_WINDOW, SAUVOLA_K = 25, 0.2  # px: a few stroke widths at HisFrag20's resolution
@@ -32,7 +33,7 @@ INSIDE = 0.1  # at most this share of a patch may lie outside the fragment
 
 
 class Prepared(typing.NamedTuple):
-  """A fragment as the device's part reads it (retrieval/patches.py)."""
+  """A fragment as the device's part reads it (retrieval/features/patches.py)."""
   grey: np.ndarray  # uint8 [H, W], as Pillow converts RGB to grey
   area: np.ndarray  # bool [H, W]: inside the fragment (some channel above BLACK_THRESHOLD)
   keypoints: np.ndarray  # int64 [n, 2]: (y, x) of SIFT's keypoints, rounded, in its order
@@ -72,7 +73,7 @@ def _box_sum(mask, size):
 
 
 def host_maps(grey, area, size, ink_bounds):
-  """uint8 [max(H, size), max(W, size)] of bits, as retrieval/patches.py's device kernel
+  """uint8 [max(H, size), max(W, size)] of bits, as retrieval/features/patches.py's device kernel
   makes them: 1 ink at the pixel (Sauvola inside the area); 2 a good patch has its top-left
   corner at the pixel (inside the fragment, ink share within bounds, ink at its centre). A
   fragment smaller than a patch is padded with background to one."""
@@ -107,7 +108,7 @@ def prepare(rgb, name, lbp_mask=False):
 
 
 def choose(maps, shape, found, name, *, size, max_patches, seed):
-  """Top-left corners [(top, left)] of a fragment's patches (retrieval/patches.py's
+  """Top-left corners [(top, left)] of a fragment's patches (retrieval/features/patches.py's
   docstring) from its maps (`host_maps`'s bits) and keypoints `found`, with the draws the
   sampler has always made."""
   h, w = max(shape[0], size), max(shape[1], size)

@@ -21,9 +21,9 @@ The HisFrag20 organisers' baseline, following their tools (bilde `lbpFeatures2 -
   (signed square root) -> L2 normalisation, compared with the L1 (cityblock) distance:
   `retrieval_metrics(embed(pca.fit(train_features, 200), f), labels, metric='cityblock')`.
 
-Computed by jitted kernels over padded batches ([B, H, W], retrieval/buckets.py), on whatever
-device JAX has, equal to the numpy code of retrieval/lbp_host.py (which a CPU-only host
-runs instead, retrieval/patches.py): pass 1 histograms |sample - centre| on the device, the host picks each T from those
+Computed by jitted kernels over padded batches ([B, H, W], retrieval/features/buckets.py), on whatever
+device JAX has, equal to the numpy code of retrieval/features/lbp_host.py (which a CPU-only host
+runs instead, retrieval/features/patches.py): pass 1 histograms |sample - centre| on the device, the host picks each T from those
 histograms in float64 (Otsu's argmax in float32 could pick another level), pass 2 histograms
 the codes on the device, and the host normalises. The padding lies outside the mask, so it
 never counts. `features` takes a list of images of any sizes; `features_padded` a batch the
@@ -38,8 +38,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from retrieval import buckets, lbp_host, pca as pca_lib
-from retrieval.lbp_host import NUM_BINS, RADII, fragment_mask
+from retrieval.features import buckets, decode, lbp_host, pca as pca_lib
+from retrieval.features.lbp_host import NUM_BINS, RADII, fragment_mask
 
 # On a CPU, batches of one 700 x 700 fragment took ~20 % less time a fragment than batches
 # of 8 (measured on 2 cores; a batch's temporaries grow with it).
@@ -69,7 +69,7 @@ def features(greys, masks=None, *, radii=RADII, threshold='otsu', max_pixels=Non
   """SRS-LBP histograms of grey uint8 images of any sizes -> float32 [N, len(radii) * 256].
 
   `masks`: bool fragment areas, one per image, or None for `fragment_mask` of each. Images
-  are padded into shape buckets and batched (retrieval/buckets.py), so a few compilations
+  are padded into shape buckets and batched (retrieval/features/buckets.py), so a few compilations
   serve any mix of sizes. `max_pixels`: of a padded batch; None: CPU_MAX_PIXELS on a CPU,
   buckets.MAX_PIXELS elsewhere.
   """
@@ -121,15 +121,14 @@ def features_of(read, indices, *, skip=()):
   `indices`, in order, as arrays float32 [3072] (or the message of a file skipped for an
   exception of the types `skip`): each read once in worker processes, the features computed
   there on a CPU-only machine (lbp_host) and on the device otherwise."""
-  from retrieval import decode, patches  # patches imports this module
   indices = list(indices)
   names = [''] * len(indices)
-  if not patches.on_device():
+  if not buckets.on_device():
     yield from decode.each(read, indices, names, decode.srs_lbp, skip=skip)
     return
   work = functools.partial(decode.prepare, lbp_mask=True)
   read = decode.each(read, indices, names, work, skip=skip)
-  while window := list(itertools.islice(read, patches.WINDOW)):
+  while window := list(itertools.islice(read, buckets.WINDOW)):
     usable = [p for p in window if not isinstance(p, str)]
     computed = iter(features([p.grey for p in usable], [p.lbp_mask for p in usable])
                     if usable else [])
@@ -137,7 +136,7 @@ def features_of(read, indices, *, skip=()):
 
 
 def embed(pca, features):
-  """Features [N, D] -> float32 [N, dim]: PCA (retrieval/pca.py, fitted on train features),
+  """Features [N, D] -> float32 [N, dim]: PCA (retrieval/features/pca.py, fitted on train features),
   Hellinger (signed sqrt), L2 normalisation."""
   y = pca_lib.project(pca, features)
   return pca_lib.l2_normalise(np.sign(y) * np.sqrt(np.abs(y)))

@@ -1,7 +1,7 @@
 """SRS-LBP in numpy, on the host: what a CPU-only machine runs, in its worker processes, and
-the reference retrieval/lbp.py's jitted kernels equal (tests/retrieval/test_lbp.py).
+the reference retrieval/features/lbp.py's jitted kernels equal (tests/retrieval/test_lbp.py).
 
-The method is retrieval/lbp.py's docstring. On a CPU these numpy passes beat the kernels
+The method is retrieval/features/lbp.py's docstring. On a CPU these numpy passes beat the kernels
 (~125 ms of one core per 670 x 670 fragment against ~160 ms, and nothing to compile per
 shape: bench/fragment_features.py); on an accelerator the kernels take the work off the host.
 No jax here: worker processes import this module.

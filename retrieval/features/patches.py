@@ -17,9 +17,9 @@ page to page of one writer, stroke shapes do not (binarised patches helped Chris
 (surrogate.py), computed for the chosen patches only.
 
 Where the work runs: worker processes read each file once and detect its keypoints
-(retrieval/decode.py). On an accelerator, steps 2 and 3's tests (Sauvola, box sums) and
+(retrieval/features/decode.py). On an accelerator, steps 2 and 3's tests (Sauvola, box sums) and
 SRS-LBP run on the device for a batch of fragments padded to one of a few shapes
-(retrieval/binarise.py, retrieval/buckets.py, retrieval/lbp.py); on a CPU-only machine the
+(retrieval/features/binarise.py, retrieval/features/buckets.py, retrieval/features/lbp.py); on a CPU-only machine the
 workers compute the same maps in numpy and scikit-image, which are faster there and compile
 nothing (bench/fragment_features.py measures both). The draw is the host's either way, and
 the patches are the same.
@@ -27,7 +27,6 @@ the patches are the same.
 This is the sampling of Christlein et al. 2017 and Peer et al. 2023 (32x32 patches at SIFT
 keypoints on ink, native scale).
 """
-import contextlib
 import functools
 import itertools
 
@@ -35,30 +34,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from retrieval import binarise, buckets, decode, lbp
+from retrieval.features import binarise, buckets, decode, lbp
 
 MAX_PIXELS = 2 ** 24  # of a padded device batch
-WINDOW = 64  # fragments grouped into buckets at a time: bounds what waits in memory
-
-
-_forced = []
-
-
-def on_device():
-  """Whether the maps and SRS-LBP run on the device (an accelerator) or in the workers."""
-  return bool(_forced) or jax.default_backend() != 'cpu'
-
-
-@contextlib.contextmanager
-def forced_device():
-  """The device kernels even on a CPU: what tests and bench compare with the host's work."""
-  _forced.append(True)
-  try:
-    yield
-  finally:
-    _forced.pop()
-
-
 @functools.partial(jax.jit, static_argnames=('size', 'limits'))
 def device_maps(grey, area, sizes, *, size, limits):
   """decode.host_maps for a padded batch: uint8 [B, H, W] of grey uint8 and area bool
@@ -105,7 +83,7 @@ def extract_many(items, *, size, max_patches, ink_bounds, seed, with_lbp=False,
   file could not be read) passes through as that string."""
   limits = decode.count_limits(size, ink_bounds)
   items = iter(items)
-  while window := list(itertools.islice(items, WINDOW)):
+  while window := list(itertools.islice(items, buckets.WINDOW)):
     computed = _on_device(window, size, limits, with_lbp)
     for r, (name, p) in enumerate(window):
       if isinstance(p, str):
@@ -124,7 +102,7 @@ def extract_all(read, indices, names, *, size, max_patches, ink_bounds, seed, wi
   read(i) for each of `indices`, named `names`, in order: each file read once in worker
   processes, which on a CPU-only machine do all of it."""
   names = list(names)
-  if not on_device():
+  if not buckets.on_device():
     work = functools.partial(decode.extract, size=size, max_patches=max_patches,
                              ink_bounds=ink_bounds, seed=seed, with_lbp=with_lbp,
                              with_descriptors=descriptors)

@@ -11,7 +11,7 @@ import numpy as np
 from sklearn.cluster import MiniBatchKMeans
 
 from bengrapheme import cache, files
-from retrieval import pca
+from retrieval.features import pca
 
 PCA_DIMS = 32  # as Peer et al.: Hellinger-SIFT -> PCA-32 whitening -> k-means
 

@@ -1,5 +1,5 @@
 """Fragments for the trainer: a HisFrag20 folder (or TFDS build) cut once into ink-centred
-patches at native scale (retrieval/patches.py), kept in a memory-mapped cache, and endless
+patches at native scale (retrieval/features/patches.py), kept in a memory-mapped cache, and endless
 P x K batches (P classes, K patches each) for the metric-learning losses.
 
 The cache holds only what training and evaluation read: binarised 32x32 patches (1 byte a
@@ -15,17 +15,19 @@ import cv2
 import jax
 import numpy as np
 
-from bengrapheme import cache, console, errors, evaluation, files, input as input_lib
-from retrieval import collection, lbp, patches, reader, surrogate
+from bengrapheme import cache, console, errors, inference, files, input as input_lib
+from retrieval.collections import collection
+from retrieval.features import lbp, patches, surrogate
+from retrieval.fragments import reader
 
 CACHE_LAYOUT = 3  # bump when the cache's files or the patch sampler change
 # data.format of a scholar's own folder of images: any names, nested, no labels
-# (retrieval/collection.py); it trains with surrogate classes only and has no split to score.
+# (retrieval/collections/collection.py); it trains with surrogate classes only and has no split to score.
 COLLECTION = 'collection'
 
 
 class PatchSource:
-  """The ink-centred patches of one split (retrieval/patches.py), memory-mapped from the
+  """The ink-centred patches of one split (retrieval/features/patches.py), memory-mapped from the
   cache: record i = dict(image uint8 [S, S, 1] (ink 255), index). Per fragment f (row order of
   the split's listing): names[f], writer_ids[f], page_ids[f], valid_pixels[f] and its patches
   starts[f]:starts[f + 1]; patch_writer[i] is the writer of patch i."""
@@ -87,7 +89,7 @@ class Rescaled:
 
 def _build(src, folder, params, lbp_from=None):
   """Extracts the patches of every fragment of a reader.FragmentSource into `folder`: each
-  file decoded once in worker processes (retrieval/patches.py says where the rest runs). A bad fragment raises reader.DataError naming it, but for a
+  file decoded once in worker processes (retrieval/features/patches.py says where the rest runs). A bad fragment raises reader.DataError naming it, but for a
   collection's image (data.format='collection'), which is named and gets no patches. Patches
   (and, when asked, SIFT descriptors and SRS-LBP features) are appended to disk as they come,
   in fragment order, so memory holds only the fragments in flight, whatever the split's size.
@@ -195,13 +197,13 @@ def listing(config, split):
   location = data_dir(config)
   if config.data.format == COLLECTION:
     if split != 'train':
-      raise evaluation.Unlabelled(
+      raise inference.Unlabelled(
           f"split {split!r}: a collection (data.format='collection') has no writer labels "
           'to score')
     return collection.CollectionSource(location, size, color)
   if config.data.format == 'tfds':
     # Imported only here: tensorflow_datasets takes ~0.5 s to import.
-    from retrieval import tfds_hisfrag20
+    from retrieval.fragments import tfds_hisfrag20
     src = tfds_hisfrag20.TfdsFragmentSource(location, folder_split, size, color)
   else:
     src = reader.FragmentSource(os.path.join(location, folder_split), size, color)
@@ -291,7 +293,7 @@ def check_training_writers(fragments):
   fragments: a folder, or a listing of reader.Fragment (a FragmentSource's). P x K batches
   pair every fragment with another of its writer, so training needs two of each. Evaluation
   takes such writers: their fragments are queries with no relevant item, left out of the
-  averages (see retrieval/metrics.py).
+  averages (see retrieval/fragments/metrics.py).
   """
   if isinstance(fragments, (str, os.PathLike)):
     fragments = reader.list_fragments(fragments)
@@ -338,7 +340,7 @@ def train_data(config, workdir, local_batch):
   p, k = writers_and_per_writer(config)
   sampler = None
   if config.data.get('decisions'):  # the workbench's decisions beside the surrogate classes
-    from retrieval.workbench import learn
+    from retrieval.collections import learn
     root = data_dir(config)
     relative = [os.path.relpath(f.path, root).replace(os.sep, '/')
                 for f in listing(config, 'train').fragments]

@@ -1,8 +1,8 @@
 """The fragment evaluator: writer and page retrieval of the encoder, of the SRS-LBP baseline
 and of the post-processing chosen on the validation split, plus the N x N distance export.
 
-The encoder embeds every patch of a fragment (retrieval/patches.py); the fragment's
-descriptor is their aggregation, power-normalised and L2-normalised (retrieval/aggregate.py).
+The encoder embeds every patch of a fragment (retrieval/features/patches.py); the fragment's
+descriptor is their aggregation, power-normalised and L2-normalised (retrieval/features/aggregate.py).
 Post-processing, each step off at its first grid value:
 
   power           eval.power: sign(x) |x|^p before the L2 normalisation
@@ -21,7 +21,7 @@ Methods, each its own block of scores:
               best (in-sample: a choice, not an estimate); on every other split, that choice
               applied unchanged (the honest figure). 'tuned_settings' says what and where.
 
-Tuning never looks at test: the val split (writers held out of train/, retrieval/data.py)
+Tuning never looks at test: the val split (writers held out of train/, retrieval/fragments/data.py)
 chooses, stage by stage in pipeline order (power, whitening, re-ranking, fusion), each stage
 keeping the value with the best val writer mAP given the earlier choices; a tie keeps the
 earlier value of the grid, so a step that does not help stays off.
@@ -29,9 +29,10 @@ earlier value of the grid, so a step that does not help stays off.
 import jax
 import numpy as np
 
-from bengrapheme import cache, console, errors, evaluation, files
-from retrieval import aggregate, data, distances_io, lbp, metrics, pca, report
-from retrieval.model import preprocess
+from bengrapheme import cache, console, errors, inference, files
+from retrieval.features import aggregate, lbp, pca
+from retrieval.fragments import data, distances_io, metrics, report
+from retrieval.fragments.model import preprocess
 
 # The grids the val split tunes over, in pipeline order; the first value of each is "off".
 GRIDS = (('power', (1.0, 0.7, 0.4)),
@@ -43,7 +44,7 @@ _lbp_pcas = {}  # SRS-LBP's PCA by the key of its train features, fitted once pe
 
 
 def embedding_fn(config):
-  """What evaluation.outputs_by_row runs on a batch of patches: their embeddings."""
+  """What inference.outputs_by_row runs on a batch of patches: their embeddings."""
   def forward_embeddings(forward, batch):
     return {'embedding': forward(preprocess(batch['image'], config))}
   return forward_embeddings
@@ -51,7 +52,7 @@ def embedding_fn(config):
 
 def patch_embeddings(config, model, src):
   """Embeddings [len(src), D] of every patch of the PatchSource `src`."""
-  return evaluation.outputs_by_row(model, embedding_fn(config), src,
+  return inference.outputs_by_row(model, embedding_fn(config), src,
                                    batch_size=config.eval.batch_size,
                                    what=f'embedding {len(src):,} patches')['embedding']
 
@@ -240,7 +241,7 @@ class Evaluator:
       scores[method] = metrics.metrics_from_distances(matrices[method], labels)
     scores['score'] = scores[self.headline_method(scores)]['writer']['map']
     if e.export_distances and jax.process_index() == 0:
-      # retrieval/validate.py's scored_methods: the method is one of these.
+      # retrieval/fragments/validate.py's scored_methods: the method is one of these.
       if e.export_method in matrices:
         d = matrices[e.export_method]
       elif e.export_method in embedded:

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 
 from bengrapheme import augment, errors
-from retrieval.model import preprocess
+from retrieval.fragments.model import preprocess
 
 
 def pairwise_distances(embeddings):
@@ -74,7 +74,7 @@ def embed(model, batch, key, config):
 def batch_loss(embeddings, batch, config):
   """The chosen metric-learning loss over the whole global batch (jit sees it across all
   devices): it couples every row with every other one; the classes are writers or surrogate
-  classes (retrieval/data.py)."""
+  classes (retrieval/fragments/data.py)."""
   labels = batch['label']
   name = config.loss.name
   value = LOSSES[name](embeddings, labels, **config.loss.get(name, {}))

@@ -1,12 +1,13 @@
 """The patch encoder: backbone feature map -> GeM, NetVLAD or NetRVLAD pooling -> projection
--> L2, and the on-device preprocessing of its uint8 input (retrieval/patches.py's patches)."""
+-> L2, and the on-device preprocessing of its uint8 input (retrieval/features/patches.py's patches)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from bengrapheme import console, evaluation, input as input_lib, models
-from retrieval import aggregate, data
+from bengrapheme import console, inference, input as input_lib, models
+from retrieval.features import aggregate
+from retrieval.fragments import data
 
 POOLINGS = ('gem', 'netvlad', 'netrvlad')
 # Patches whose backbone features the NetRVLAD centres are fitted on (k-means, before
@@ -84,10 +85,10 @@ def init_from_data(config, workdir, graphdef, state, mesh):
   src = data.source(config, workdir, 'train')
   rng = np.random.default_rng(config.seed)
   chosen = np.sort(rng.choice(len(src), min(CENTRE_FIT_PATCHES, len(src)), replace=False))
-  backbone = evaluation.TrainedModel(
+  backbone = inference.TrainedModel(
       lambda variables, images: nnx.merge(graphdef, *variables).backbone(images),
       (state['params'], state['model_state']), mesh, 0)
-  fmap = evaluation.outputs_by_row(
+  fmap = inference.outputs_by_row(
       backbone, lambda forward, batch: {'map': forward(preprocess(batch['image'], config))},
       input_lib.Subset(src, chosen), batch_size=config.eval.batch_size,
       what='backbone features for the NetRVLAD centres')['map']

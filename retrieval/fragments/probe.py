@@ -4,13 +4,14 @@ post-processing. Any run on fragment data can name it (config.evals.NAME.type =
 (protocols.Model's backbone, pooled by train.trained_model's `features`).
 
 Each patch's pooled backbone features, summed over the fragment's patches, power-normalised
-(eval.power) and L2 (retrieval/aggregate.py), each fragment a query against all others
-(retrieval/metrics.py). 'score' is the writer mAP.
+(eval.power) and L2 (retrieval/features/aggregate.py), each fragment a query against all others
+(retrieval/fragments/metrics.py). 'score' is the writer mAP.
 """
-from bengrapheme import evaluation, report
-from retrieval import aggregate, data, metrics
-from retrieval.evaluate import labelings
-from retrieval.model import preprocess
+from bengrapheme import inference, report
+from retrieval.features import aggregate
+from retrieval.fragments import data, metrics
+from retrieval.fragments.evaluate import labelings
+from retrieval.fragments.model import preprocess
 
 
 def probe_scores(features, src, power):
@@ -22,14 +23,14 @@ def probe_scores(features, src, power):
 class KnnProbe:
 
   def __init__(self, config, split, workdir):
-    # data.source raises evaluation.Unlabelled for a collection: no writers to score.
+    # data.source raises inference.Unlabelled for a collection: no writers to score.
     self.config, self.split = config, split
     self.source = data.source(config, workdir, split)
 
   def run(self, model, chosen=None, tune=False):
     del chosen, tune  # nothing to choose
     config, src = self.config, self.source
-    features = evaluation.outputs_by_row(
+    features = inference.outputs_by_row(
         model._replace(apply=model.features),
         lambda forward, batch: {'features': forward(preprocess(batch['image'], config))},
         src, batch_size=config.eval.batch_size,

@@ -1,14 +1,14 @@
 """The fragment retrieval sections of report.html: encoder vs SRS-LBP, precision-recall
 curves, AP against fragment size, and queries with their top results marked right or wrong.
 
-Every figure comes from the one ranker, the evaluator's metrics kernel (retrieval/metrics.py):
+Every figure comes from the one ranker, the evaluator's metrics kernel (retrieval/fragments/metrics.py):
 each query's AP, and the ranks of its relevant items that the precision-recall curves are
 drawn from. The nearest items of the queries shown are sorted from the kernel's distances.
 """
 import numpy as np
 
 from bengrapheme import report
-from retrieval import metrics
+from retrieval.fragments import metrics
 
 LABELINGS = ('writer', 'page')
 METRIC_NAMES = {'map': 'mAP', 'top1': 'Top-1', 'pr10': 'Pr@10', 'pr100': 'Pr@100'}
@@ -23,7 +23,7 @@ THUMB = 96  # px
 def pr_curve(ranks):
   """Interpolated precision at each of RECALL_LEVELS, averaged over the queries with a
   relevant item, from the ranks of each query's relevant items ([N, R], ascending, padded
-  with 0: retrieval.metrics' per_query `ranks`)."""
+  with 0: retrieval.fragments.metrics' per_query `ranks`)."""
   found = (ranks > 0).sum(axis=1)
   ranks, found = ranks[found > 0], found[found > 0]
   if not len(ranks):

@@ -5,11 +5,11 @@ encoder), losses (metric-learning losses over the whole batch), evaluate (the ev
 export); model.init_from_data fits NetRVLAD's centres before the first step. Retrieval has no
 submission format, so there is no predictor.
 """
-from retrieval.data import check_data, random_batch, train_data  # noqa: F401
-from retrieval.evaluate import Evaluator  # noqa: F401
-from retrieval.probe import KnnProbe  # noqa: F401
-from retrieval.losses import batch_loss, embed, loss  # noqa: F401
-from retrieval.model import init_from_data, make_model  # noqa: F401
-from retrieval.validate import validate  # noqa: F401
+from retrieval.fragments.data import check_data, random_batch, train_data  # noqa: F401
+from retrieval.fragments.evaluate import Evaluator  # noqa: F401
+from retrieval.fragments.probe import KnnProbe  # noqa: F401
+from retrieval.fragments.losses import batch_loss, embed, loss  # noqa: F401
+from retrieval.fragments.model import init_from_data, make_model  # noqa: F401
+from retrieval.fragments.validate import validate  # noqa: F401
 
 EVALUATORS = {'fragments': Evaluator, 'knn_probe': KnnProbe}  # config.evals.NAME.type

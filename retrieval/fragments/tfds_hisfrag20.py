@@ -17,7 +17,7 @@ import os
 import numpy as np
 import tensorflow_datasets as tfds
 
-from retrieval import reader
+from retrieval.fragments import reader
 
 NAME = 'hisfrag20'
 SPLITS = ('train', 'test')
@@ -31,7 +31,7 @@ class Hisfrag20(tfds.core.GeneratorBasedBuilder):
   MANUAL_DOWNLOAD_INSTRUCTIONS = """
   Download HisFrag20 from Zenodo (doi 10.5281/zenodo.3893807) and unzip it so that one
   folder holds train/ and test/ folders of WID_PID_FID.jpg fragments. Pass that folder as
-  manual_dir. A synthetic folder from `python -m retrieval.synth` works too.
+  manual_dir. A synthetic folder from `python -m retrieval.synthetic.synth` works too.
   """
 
   def _info(self):

@@ -2,7 +2,8 @@
 entry point before the patch cache is built, each naming the field's path and what it
 allows."""
 from bengrapheme import errors, models
-from retrieval import aggregate, losses, model
+from retrieval.features import aggregate
+from retrieval.fragments import losses, model
 
 WHITENING = ('self', 'train')
 LABELS = ('writer', 'surrogate')

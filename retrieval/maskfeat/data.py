@@ -1,12 +1,13 @@
 """Training data of MaskFeat pre-training: random batches of the training split's patches
-(retrieval/data.py's patch cache: ink-centred 32x32 binarised patches at native scale). No
+(retrieval/fragments/data.py's patch cache: ink-centred 32x32 binarised patches at native scale). No
 labels are read, so a HisFrag20 folder, a TFDS build or a scholar's own collection
 (data.format='collection') pre-train alike."""
 import jax
 import numpy as np
 
 from bengrapheme import errors, input as input_lib
-from retrieval import collection, data
+from retrieval.collections import collection
+from retrieval.fragments import data
 
 
 class RandomBatches:

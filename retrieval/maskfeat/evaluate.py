@@ -4,7 +4,7 @@ features already retrieve writers (a k-NN probe, no training).
   reconstruction  the masked HOG error (the training loss) on every patch of the split, each
                   with its own mask drawn from (seed, patch index): the same masks at every
                   evaluation, so the curve compares checkpoints;
-  probe           retrieval/probe.py's k-NN probe of the trunk as it is (the mean token of
+  probe           retrieval/fragments/probe.py's k-NN probe of the trunk as it is (the mean token of
                   each unmasked patch), from the same pass.
 'score' is the probe's writer mAP: a pre-trained trunk is wanted for retrieval, and the loss
 can fall on what retrieval does not need.
@@ -12,10 +12,10 @@ can fall on what retrieval does not need.
 import jax
 import numpy as np
 
-from bengrapheme import evaluation, report
+from bengrapheme import inference, report
 from retrieval.maskfeat import losses
-from retrieval.model import preprocess
-from retrieval.probe import KnnProbe, probe_scores
+from retrieval.fragments.model import preprocess
+from retrieval.fragments.probe import KnnProbe, probe_scores
 
 
 class Evaluator(KnnProbe):
@@ -35,7 +35,7 @@ class Evaluator(KnnProbe):
       errors = losses.masked_errors(forward, images, mask, config)
       return {'error': errors, 'features': forward({'image': images})['features']}
 
-    out = evaluation.outputs_by_row(model, predict, src, batch_size=config.eval.batch_size,
+    out = inference.outputs_by_row(model, predict, src, batch_size=config.eval.batch_size,
                                     what=f'MaskFeat on {len(src):,} {self.split} patches')
     probe = probe_scores(out['features'], src, config.eval.power)
     scores = {'reconstruction': {'loss': float(np.mean(out['error']))}, 'probe': probe,

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 
 from bengrapheme import augment
 from retrieval.maskfeat import hog
-from retrieval.model import preprocess
+from retrieval.fragments.model import preprocess
 
 
 def random_mask(key, batch, tokens, ratio):

@@ -1,6 +1,6 @@
 """MaskFeat pre-training's config checks (protocols.Validates), before any data work."""
 from bengrapheme import errors
-from retrieval import validate as fragment_checks
+from retrieval.fragments import validate as fragment_checks
 
 
 def validate(config):

@@ -15,7 +15,7 @@ spread wider than 0-255 (`ds_spread`), else the band around the mean takes ~15 %
 and holes a piece encloses are given to it, since the mean crossing of a fractal leaves the
 large pieces riddled with islands that torn paper does not have.
 
-  python -m retrieval.fragments --pages PAGES --out FRAGMENTS --seed 0 --workers 2
+  python -m retrieval.synthetic.fragments --pages PAGES --out FRAGMENTS --seed 0 --workers 2
 """
 import argparse
 import contextlib

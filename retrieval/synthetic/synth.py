@@ -6,14 +6,14 @@ Consecutive writers share a font in groups of WRITERS_PER_HAND, as scribes train
 do, so that telling writers apart takes more than telling fonts apart. A page varies its
 writer's habits as real pages do (another day, pen, ink and paper stock: see page_style) and
 is the writer's pseudo-Latin text on textured paper with stains, fading and bleed-through,
-cut by retrieval.fragments. Train and test writers are disjoint:
+cut by retrieval.synthetic.fragments. Train and test writers are disjoint:
 
   OUT/train/WID_PID_FID.jpg   writers 1..N
   OUT/test/WID_PID_FID.jpg    writers N+1..N+M
 
 Every page depends only on (seed, writer, page), so the output does not depend on --workers.
 
-  python -m retrieval.synth --out /tmp/hisfrag --writers-train 40 --writers-test 20 \
+  python -m retrieval.synthetic.synth --out /tmp/hisfrag --writers-train 40 --writers-test 20 \
       --pages-per-writer 4 --seed 0 --workers 2
 """
 import argparse
@@ -24,7 +24,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 from bengrapheme import errors, files
-from retrieval import fragments
+from retrieval.synthetic import fragments
 
 FONT_ROOT = '/usr/share/fonts'
 # (Debian package, font file under FONT_ROOT): handwriting, secretary hand, blackletter and
@@ -157,7 +157,7 @@ def writer_font(seed, writer, fonts=FONTS, writers_per_hand=WRITERS_PER_HAND):
 
 def writer_style(seed, writer, fonts=FONTS, writers_per_hand=WRITERS_PER_HAND):
   """The style of one writer: drawn once, from (seed, writer) only; fonts and
-  writers_per_hand as writer_font's (retrieval/synth_val.py draws from other fonts)."""
+  writers_per_hand as writer_font's (retrieval/synthetic/synth_val.py draws from other fonts)."""
   rng = np.random.default_rng([seed, writer])
   relative = writer_font(seed, writer, fonts, writers_per_hand)
   x_height = rng.uniform(9, 17)
@@ -351,7 +351,7 @@ def render_page(style, rng, width=1000, height=1400, pen=None):
   """One colour page [height, width, 3] uint8 and its text box (top, left, bottom, right).
 
   pen: a function of the ink coverage [height, width] float32 -> coverage, applied to the
-  text and its bleed-through (retrieval/synth_val.py's broad nib); None draws the glyphs as
+  text and its bleed-through (retrieval/synthetic/synth_val.py's broad nib); None draws the glyphs as
   they are."""
   pen = pen or (lambda coverage: coverage)
   width = int(width * rng.uniform(0.94, 1.06))

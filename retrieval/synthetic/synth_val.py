@@ -1,9 +1,9 @@
-"""A second synthetic family of fragments, for choosing the recipe: drawn unlike retrieval/synth.py.
+"""A second synthetic family of fragments, for choosing the recipe: drawn unlike retrieval/synthetic/synth.py.
 
-  python -m retrieval.synth_val --out data/fragments-valfam --writers 40 --seed 0
-  python -m retrieval.synth_val --out data/fragments-third --writers 32 --seed 1 --draw third
+  python -m retrieval.synthetic.synth_val --out data/fragments-valfam --writers 40 --seed 0
+  python -m retrieval.synthetic.synth_val --out data/fragments-third --writers 32 --seed 1 --draw third
 
-writes OUT/test/WID_PID_FID.jpg (the HisFrag20 layout retrieval/reader.py reads), scored as
+writes OUT/test/WID_PID_FID.jpg (the HisFrag20 layout retrieval/fragments/reader.py reads), scored as
 split 'test' of a folder whose train/ is training's (bench/fragment_family.py builds it).
 
 Why a second family: a recipe chosen on writers drawn by the training generator rewards its
@@ -38,7 +38,7 @@ import cv2
 import numpy as np
 
 from bengrapheme import errors, files
-from retrieval import fragments, synth
+from retrieval.synthetic import fragments, synth
 
 HAND_SIZE = 8  # writers trained in one hand
 DEMO_SEED, DEMO_WRITERS = 0, 90  # make demo-fragments' draw (60 train + 30 test writers)

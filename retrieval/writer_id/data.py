@@ -1,4 +1,4 @@
-"""Writer identification's data: the fragment task's patch cache of train/ (retrieval/data.py),
+"""Writer identification's data: the fragment task's patch cache of train/ (retrieval/fragments/data.py),
 split by page. Each writer with two or more pages has one of them, drawn by
 data.heldout_seed, held out: the classifier must name the writer of a page it never saw, in
 the same closed set of writers (classes: train/'s writers, in sorted order)."""
@@ -8,7 +8,7 @@ import jax
 import numpy as np
 
 from bengrapheme import input as input_lib
-from retrieval import data as fragment_data, reader
+from retrieval.fragments import data as fragment_data, reader
 
 
 class Split:
@@ -28,7 +28,7 @@ class Split:
   def __len__(self):
     return len(self.patches)
 
-  def __getitem__(self, i):  # a record, as evaluation.outputs_by_row reads it
+  def __getitem__(self, i):  # a record, as inference.outputs_by_row reads it
     return dict(image=self.source.patches()[self.patches[i]][..., None], index=np.int32(i))
 
 

@@ -4,16 +4,16 @@ fragment accuracy: a scholar attributes a fragment, not a patch."""
 import jax
 import numpy as np
 
-from bengrapheme import evaluation, report
+from bengrapheme import inference, report
 from retrieval.writer_id import data
-from retrieval.model import preprocess
+from retrieval.fragments.model import preprocess
 
 
 class Accuracy:
 
   def __init__(self, config, split, workdir):
     if split != 'val':
-      raise evaluation.Unlabelled(f"split {split!r}: writer identification scores the "
+      raise inference.Unlabelled(f"split {split!r}: writer identification scores the "
                                   "held-out pages of train/'s writers, split 'val'")
     self.config, self.split = config, split
     self.source = data.splits(config, workdir)['val']
@@ -21,7 +21,7 @@ class Accuracy:
   def run(self, model, chosen=None, tune=False):
     del chosen, tune  # nothing to choose
     src, config = self.source, self.config
-    log_probs = evaluation.outputs_by_row(
+    log_probs = inference.outputs_by_row(
         model, lambda forward, batch: {
             'log_probs': jax.nn.log_softmax(forward(preprocess(batch['image'], config)))},
         src, batch_size=config.eval.batch_size,

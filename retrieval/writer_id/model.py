@@ -3,7 +3,7 @@ feature map averaged, one linear layer to the writers' logits."""
 from flax import nnx
 
 from bengrapheme import errors, models
-from retrieval.model import preprocess
+from retrieval.fragments.model import preprocess
 from retrieval.writer_id import data
 
 

@@ -29,8 +29,8 @@ from configs import fragments as fragment_configs
 from configs import grapheme as grapheme_configs
 from conftest import run_module
 from launch import score_distances as score_cli
-from retrieval import distances_io, reader
-from retrieval import data as fragment_data_lib
+from retrieval.fragments import distances_io, reader
+from retrieval.fragments import data as fragment_data_lib
 
 GRAPHEME_CONFIG = 'configs/grapheme.py:test'
 

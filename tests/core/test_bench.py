@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bench import common, metrics_speed, run
-from retrieval import metrics
+from retrieval.fragments import metrics
 
 FAKE = textwrap.dedent("""
   from bench import common

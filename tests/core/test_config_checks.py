@@ -36,7 +36,7 @@ BAD = [
      "'encoder', 'srs_lbp', 'configured', 'tuned'"),
     ('configs.fragments', {'eval.tune_split': 'va'}, "config.evals ('test', 'val')"),
     ('configs.fragments', {'evals.val.type': 'fragment'}, "'fragments', 'knn_probe'"),
-    ('configs.fragments', {'evals.val.type': 'retrieval.probe:Knn'}, 'retrieval.probe has no'),
+    ('configs.fragments', {'evals.val.type': 'retrieval.fragments.probe:Knn'}, 'retrieval.fragments.probe has no'),
     ('configs.fragments', {'evals.val.every': -1}, 'a number of steps >= 0'),
     ('configs.fragments', {'evals.val.powr': 0.5}, 'not a field of config.eval'),
     ('configs.grapheme', {'evals.val.type': 'fragments'}, "expected one of 'grapheme'"),

@@ -41,9 +41,9 @@ def task_references(path):
 
 def test_the_check_sees_each_kind_of_reference(tmp_path):
   bad = tmp_path / 'bad.py'
-  for line in ('from bengrapheme.grapheme import kaggle', 'import retrieval.metrics',
+  for line in ('from bengrapheme.grapheme import kaggle', 'import retrieval.fragments.metrics',
                'from bengrapheme import grapheme', 'from .grapheme import task',
-               "importlib.import_module('retrieval.report')",
+               "importlib.import_module('retrieval.fragments.report')",
                "importlib.import_module(config.task.rpartition('.')[0] + '.report')"):
     bad.write_text(line + '\n')
     assert task_references(bad), line

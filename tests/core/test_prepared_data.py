@@ -131,7 +131,7 @@ def test_prepare_out_of_space_then_rebuilt_then_damaged(grapheme_data, small_dis
 
 def test_fragment_cache_out_of_space_leaves_nothing(fragment_data, small_disk):
   import configs.fragments
-  from retrieval import data
+  from retrieval.fragments import data
   config = configs.fragments.get_config('test')
   config.data.dir, config.data.cache_dir = fragment_data, str(small_disk('64k') / 'cache')
   with pytest.raises(files.OutOfSpace) as error:

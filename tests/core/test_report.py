@@ -8,7 +8,7 @@ import pytest
 
 from bengrapheme import report
 from conftest import needs_chromium, screenshot_in_chromium
-from retrieval import metrics, report as retrieval_report
+from retrieval.fragments import metrics, report as retrieval_report
 
 HEADINGS = {
     'grapheme': ['Training curves', 'Seen vs unseen graphemes', 'Per-component recall',

@@ -10,7 +10,7 @@ import tensorflow_datasets as tfds
 from bengrapheme import errors, train
 from bengrapheme.grapheme import data as grapheme_task, kaggle, tfds_bengaliai
 from configs import fragments as fragment_configs, grapheme as grapheme_configs
-from retrieval import data as fragment_task, reader, tfds_hisfrag20
+from retrieval.fragments import data as fragment_task, reader, tfds_hisfrag20
 
 
 @pytest.fixture(scope='module')

@@ -120,11 +120,11 @@ def test_the_chosen_rule_is_the_configured_rule_with_the_tuned_settings(grapheme
                                                                          grapheme_evaluated):
   """What an evaluator applies from eval.tune_split's choice scores as a config whose own
   prediction rule holds those settings."""
-  from bengrapheme import eval_only, evaluators
+  from bengrapheme import restored, evaluators
   from configs import grapheme
   config = grapheme.get_config('test')
   config.data.dir = str(grapheme_data)
-  task, model = eval_only.trained_model(config, grapheme_evaluated)
+  task, model = restored.trained_model(config, grapheme_evaluated)
   chosen = dict(tau=0.5, seen_threshold=0.8)
   test = evaluators.make(config, task, grapheme_evaluated, ['test'])['test']
   applied, _ = test.run(model, chosen=chosen)

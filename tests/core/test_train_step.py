@@ -8,7 +8,7 @@ import numpy as np
 from flax import nnx
 
 from bengrapheme import defaults, parallel, train
-from retrieval import losses
+from retrieval.fragments import losses
 
 
 class Linear(nnx.Module):
@@ -99,7 +99,7 @@ COUPLED = types.SimpleNamespace(
 
 
 def p_by_k_batch(p=4, k=4, seed=0):
-  """P writers of K rows each, a writer's rows adjacent (as retrieval/data.py draws them)."""
+  """P writers of K rows each, a writer's rows adjacent (as retrieval/fragments/data.py draws them)."""
   rng = np.random.default_rng(seed)
   return {'x': rng.normal(size=(p * k, 4)).astype(np.float32),
           'label': np.repeat(np.arange(p, dtype=np.int32), k)}

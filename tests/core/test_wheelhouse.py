@@ -133,7 +133,7 @@ def test_offline_install_predicts_from_outside_the_checkout(
   with zipfile.ZipFile(os.path.join(wheelhouse_dir, project_wheel)) as z:
     names = set(z.namelist())
   assert {'bengrapheme/grapheme/graphemes.csv', 'bengrapheme/models/resnet.py',
-          'retrieval/task.py', 'launch/predict.py', 'configs/grapheme.py'} <= names
+          'retrieval/fragments/task.py', 'launch/predict.py', 'configs/grapheme.py'} <= names
   assert not any(n.startswith(('tests/', 'bench/')) for n in names)
 
   # The competition folder as Kaggle mounts it: read-only, no test answers.

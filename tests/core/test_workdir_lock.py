@@ -179,7 +179,7 @@ def test_second_run_refused_while_the_first_trains_and_evaluate_reads_beside_it(
         if (workdir / 'checkpoints').exists() else True:
       assert first.poll() is None and time.monotonic() < deadline
       time.sleep(0.5)
-    # launch.predict reads through the same read-only eval_only.trained_model.
+    # launch.predict reads through the same read-only restored.trained_model.
     result = run_module('launch.evaluate', *args)
     step = int(result.stdout.split('Using the checkpoint of step ')[1].split()[0])
     assert json.loads((workdir / 'eval' / 'metrics.json').read_text())['step'] == step >= 2

@@ -1,7 +1,7 @@
 """Hierarchical macro recall counted on the devices of a 2-process job (launch.local).
 
 Each process reads its half of every global batch through the eval loop
-(evaluation.outputs_by_row with sums); the confusion matrices its jitted step adds up are
+(inference.outputs_by_row with sums); the confusion matrices its jitted step adds up are
 the sum over both processes, so both score all rows as sklearn does, padding rows left out.
 Run as a module, this file is one process of that job.
 """
@@ -11,7 +11,7 @@ import types
 
 import numpy as np
 
-from bengrapheme import evaluation, parallel
+from bengrapheme import inference, parallel
 from bengrapheme.grapheme import metrics
 
 ROWS = 1000  # 500 a process: its last local batch of 32 holds 12 padding rows
@@ -43,7 +43,7 @@ class Source:
 def main():
   parallel.initialize_distributed()
   mesh = parallel.make_mesh(types.SimpleNamespace(data=-1, fsdp=1))
-  model = evaluation.TrainedModel(apply=lambda variables, images: images, variables={},
+  model = inference.TrainedModel(apply=lambda variables, images: images, variables={},
                                   mesh=mesh, step=0)
 
   def predict(forward, batch):
@@ -52,7 +52,7 @@ def main():
             metrics.confusion_on_device(batch['labels'], predicted, batch['mask']))
 
   sums = [np.zeros((c, c), np.int32) for c in metrics.NUM_CLASSES]
-  _, confusion = evaluation.outputs_by_row(model, predict, Source(*labels()), batch_size=BATCH,
+  _, confusion = inference.outputs_by_row(model, predict, Source(*labels()), batch_size=BATCH,
                                            keys=('image', 'labels'), sums=sums)
   print('scores', json.dumps(metrics.from_confusion(confusion)), flush=True)
 

@@ -13,7 +13,7 @@ from timm.models.vision_transformer import VisionTransformer
 from bengrapheme import models
 from bengrapheme.models import vit
 from configs import fragments
-from retrieval import model as retrieval_model
+from retrieval.fragments import model as retrieval_model
 
 SMALL = dict(patch=4, depth=2, width=64, heads=4, mlp_ratio=4.0)
 SAGHOG = dict(patch=4, depth=8, width=512, heads=8)

@@ -1,4 +1,4 @@
-"""retrieval/binarise.py against scikit-image's Sauvola and plain box sums, on synthetic
+"""retrieval/features/binarise.py against scikit-image's Sauvola and plain box sums, on synthetic
 fragments and noise of several sizes padded into shared buckets."""
 import os
 
@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from skimage.filters import threshold_sauvola
 
-from retrieval import binarise, buckets, reader
+from retrieval.features import binarise, buckets
+from retrieval.fragments import reader
 
 
 def padded_groups(images, areas):
@@ -48,7 +49,7 @@ def test_ink_mask_equals_scikit_image_on_fragments(fragment_data):
   for name in sorted(os.listdir(folder))[:8]:
     rgb = reader.decode(os.path.join(folder, name))
     images.append(np.asarray(reader.convert(rgb, color=False)))
-    areas.append(rgb.max(axis=-1) > reader.BLACK_THRESHOLD)  # as retrieval/patches.py
+    areas.append(rgb.max(axis=-1) > reader.BLACK_THRESHOLD)  # as retrieval/features/patches.py
   assert_like_scikit_image(images, areas)
 
 

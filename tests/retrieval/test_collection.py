@@ -1,4 +1,4 @@
-"""A scholar's folder of images (retrieval/collection.py): listed whatever its names and
+"""A scholar's folder of images (retrieval/collections/collection.py): listed whatever its names and
 nesting, and read to the HisFrag20 convention whatever surrounds the fragment."""
 import os
 
@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from retrieval import collection, reader
+from retrieval.collections import collection
+from retrieval.fragments import reader
 
 
 def canonical(seed=0, size=(60, 80)):

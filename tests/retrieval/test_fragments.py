@@ -7,7 +7,7 @@ import numpy as np
 from PIL import Image
 import pytest
 
-from retrieval import fragments
+from retrieval.synthetic import fragments
 from conftest import run_module
 
 TEXT_BOX = (60, 40, 660, 460)  # top, left, bottom, right
@@ -115,7 +115,7 @@ def test_cli_cuts_a_folder_of_pages(tmp_path):
   pages.mkdir()
   Image.fromarray(_page(1)).save(pages / '3_17.png')
   Image.fromarray(_page(2)).save(pages / '4_18.jpg', quality=95)
-  run_module('retrieval.fragments', '--pages', pages, '--out', out, '--seed', 1,
+  run_module('retrieval.synthetic.fragments', '--pages', pages, '--out', out, '--seed', 1,
              '--workers', 2, '--margin', 6.0)
   names = sorted(os.listdir(out))
   assert {n.split('_')[0] + '_' + n.split('_')[1] for n in names} == {'3_17', '4_18'}

@@ -11,7 +11,8 @@ import pytest
 from PIL import Image
 
 from conftest import needs_chromium, run_module, screenshot_in_chromium
-from retrieval import index as index_lib, reader
+from retrieval.collections import index as index_lib
+from retrieval.fragments import reader
 
 CONFIG = '--config=configs/fragments.py:test'
 ADDED_LATER = 3
@@ -167,11 +168,11 @@ def test_training_without_labels_on_the_collection_then_indexing_it(scholar, tmp
 
 def test_an_interrupted_index_keeps_its_chunks_and_the_rerun_goes_on(indexed, tmp_path,
                                                                      monkeypatch):
-  from bengrapheme import errors, eval_only
+  from bengrapheme import errors, restored
   from configs import fragments
-  from retrieval import collection
+  from retrieval.collections import collection
   config = fragments.get_config('test')
-  _, model = eval_only.trained_model(config, indexed['workdir'])
+  _, model = restored.trained_model(config, indexed['workdir'])
   listing = collection.list_images(str(indexed['folder']))
   folder = tmp_path / 'index'
   monkeypatch.setattr(index_lib, 'CHUNK', 4)
@@ -222,7 +223,7 @@ def test_two_processes_build_the_index_one_process_builds(indexed, tmp_path):
                    *args, '--index', tmp_path / 'two')
   one = index_lib.load(str(tmp_path / 'one' / 'index.npz'))
   both = index_lib.load(str(tmp_path / 'two' / 'index.npz'))
-  from retrieval import collection
+  from retrieval.collections import collection
   n = len(collection.list_images(str(indexed['folder'])).paths)  # the 2 unreadable ones too
   # Process 0 (the one that prints) embedded its half; the job, every readable image.
   assert re.findall(r'embedding ([\d,]+) images', two.stdout) == [str(n - n // 2)]
@@ -287,9 +288,10 @@ def test_a_query_changed_since_indexing_is_embedded_afresh(indexed, tmp_path):
 def test_the_index_holds_the_evaluators_descriptors(fragment_evaluated, fragment_data, tmp_path):
   """The test split's files indexed as a collection: each image's descriptor is the one the
   evaluator scores it by (the same patches, embeddings, sum and the val-chosen power)."""
-  from bengrapheme import eval_only
+  from bengrapheme import restored
   from configs import fragments
-  from retrieval import aggregate, data, evaluate
+  from retrieval.features import aggregate
+  from retrieval.fragments import data, evaluate
   workdir = tmp_path / 'workdir'
   shutil.copytree(fragment_evaluated, workdir, ignore=shutil.ignore_patterns('index'))
   folder = os.path.join(fragment_data, 'test')
@@ -297,7 +299,7 @@ def test_the_index_holds_the_evaluators_descriptors(fragment_evaluated, fragment
   index = load(workdir)
   config = fragments.get_config('test')
   config.data.dir = fragment_data
-  _, model = eval_only.trained_model(config, str(workdir))
+  _, model = restored.trained_model(config, str(workdir))
   src = data.source(config, str(workdir), 'test')
   expected = aggregate.fragment_descriptors(
       evaluate.patch_embeddings(config, model, src), src.starts, method='sum',

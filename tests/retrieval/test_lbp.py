@@ -5,7 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from retrieval import buckets, lbp, lbp_host, metrics, pca as pca_lib, reader
+from retrieval.features import buckets, lbp, lbp_host, pca as pca_lib
+from retrieval.fragments import metrics, reader
 
 RAMP = np.array([[10, 20, 30],
                  [40, 50, 60],

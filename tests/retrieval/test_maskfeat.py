@@ -71,7 +71,7 @@ def test_random_mask_masks_exactly_the_ratio_and_differs_by_row():
 def test_layer_decay_scales_each_blocks_update():
   config = fragments.get_config('recipe=saghog,size=test')
   config.unlock()
-  from retrieval import task
+  from retrieval.fragments import task
   shapes = nnx.state(nnx.eval_shape(lambda: task.make_model(config, nnx.Rngs(0))), nnx.Param)
   params = jax.tree.map(lambda s: jnp.ones(s.shape, s.dtype), shapes)
   config.train.layer_decay.rate = 1.0
@@ -104,14 +104,14 @@ def test_pretraining_evaluates_reconstruction_and_the_writer_probe(pretrained, f
   """metrics.json's probe mAP equals one computed here from the trunk (mean token, summed
   over a fragment's patches, power 0.4, L2, every other fragment ranked); the masked HOG
   error of the 6 trained steps is below that of the same model untrained."""
-  from bengrapheme import eval_only, evaluators
-  from retrieval import data
-  from retrieval.model import preprocess
+  from bengrapheme import restored, evaluators
+  from retrieval.fragments import data
+  from retrieval.fragments.model import preprocess
   with open(os.path.join(pretrained, 'eval', 'metrics.json')) as f:
     val = json.load(f)['val']
   config = maskfeat.get_config('test')
   config.data.dir = fragment_data
-  task, model = eval_only.trained_model(config, pretrained)
+  task, model = restored.trained_model(config, pretrained)
   src = data.source(config, pretrained, 'val')
   params, model_state = model.variables
   graphdef = nnx.graphdef(nnx.eval_shape(lambda: task.make_model(config, nnx.Rngs(0))))
@@ -146,7 +146,7 @@ def finetune_config(init_from, **args):
 def test_finetune_starts_from_the_pretrained_trunk(pretrained, fragment_data, tmp_path):
   config = finetune_config(pretrained)
   config.data.dir = fragment_data
-  from retrieval import task
+  from retrieval.fragments import task
   mesh = parallel.make_mesh(config.mesh)
   graphdef, state = train.init_state(config, task, mesh)
   saved = ocp.StandardCheckpointer().restore(
@@ -167,7 +167,7 @@ def test_finetune_starts_from_the_pretrained_trunk(pretrained, fragment_data, tm
   state = task.init_from_data(config, str(tmp_path), graphdef, state, mesh)
   centres = np.asarray(state['params']['centres'][...])
   model = nnx.merge(graphdef, state['params'], state['model_state'])
-  from retrieval import data
+  from retrieval.fragments import data
   src = data.source(config, str(tmp_path), 'train')
   tokens = np.asarray(model.backbone(jnp.asarray(src.patches()[:64][..., None], jnp.float32)
                                      / 255.0)).reshape(-1, centres.shape[1])
@@ -177,7 +177,7 @@ def test_finetune_starts_from_the_pretrained_trunk(pretrained, fragment_data, tm
 
 def test_finetune_from_another_trunk_is_one_line(pretrained):
   config = finetune_config(pretrained, depth=3)
-  from retrieval import task
+  from retrieval.fragments import task
   with pytest.raises(checkpoint.ModelMismatchError, match='holds another backbone.*blocks/2'):
     train.init_state(config, task, parallel.make_mesh(config.mesh))
 

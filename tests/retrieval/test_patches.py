@@ -11,7 +11,8 @@ import pytest
 
 from conftest import run_module
 from configs import fragments as fragment_configs
-from retrieval import aggregate, data, patches, reader, surrogate
+from retrieval.features import aggregate, buckets, patches, surrogate
+from retrieval.fragments import data, reader
 
 BOUNDS = (0.05, 0.6)
 
@@ -44,14 +45,14 @@ def test_patches_and_srs_lbp_are_those_the_code_before_drew(fragment_data, devic
   the same patches as the sampler before (bench/reference_patches.py) and the same SRS-LBP
   features as the numpy code, for fragments of many sizes in shared buckets."""
   from bench import reference_patches
-  from retrieval import lbp_host
+  from retrieval.features import lbp_host
   paths = first_fragments(os.path.join(fragment_data, 'test'), 10)
   paths += first_fragments(os.path.join(fragment_data, 'train'), 4)
   names = [os.path.basename(p) for p in paths]
   read = functools.partial(read_nth, paths)  # the workers are other processes: picklable
   with contextlib.ExitStack() as stack:
     if device:
-      stack.enter_context(patches.forced_device())
+      stack.enter_context(buckets.forced_device())
     got = list(patches.extract_all(read, range(len(paths)), names, size=32, max_patches=24,
                                    ink_bounds=BOUNDS, seed=3, with_lbp=True))
   for path, name, e in zip(paths, names, got):

@@ -1,4 +1,4 @@
-"""The k-NN probe (retrieval/probe.py), an evaluator any fragment run can name in config.evals:
+"""The k-NN probe (retrieval/fragments/probe.py), an evaluator any fragment run can name in config.evals:
 in a fragments run (not MaskFeat's, whose evaluator it came from) its writer mAP equals a
 direct computation from the backbone, and it runs on its own schedule."""
 import json
@@ -24,15 +24,15 @@ def average_precision(distances, labels):
 
 def test_the_probe_in_a_fragments_run_scores_the_backbone_as_it_is(fragment_data,
                                                                  fragment_evaluated):
-  from bengrapheme import eval_only, evaluators
+  from bengrapheme import restored, evaluators
   from configs import fragments
-  from retrieval import data
-  from retrieval.model import preprocess
+  from retrieval.fragments import data
+  from retrieval.fragments.model import preprocess
   config = fragments.get_config('test')
   config.data.dir = fragment_data
   with config.unlocked():
     config.evals.probe = dict(type='knn_probe', split='val', power=0.5)
-  task, model = eval_only.trained_model(config, fragment_evaluated)
+  task, model = restored.trained_model(config, fragment_evaluated)
   probe = evaluators.make(config, task, fragment_evaluated, ['probe'])['probe']
   scores, _ = probe.run(model)
 

@@ -1,4 +1,4 @@
-"""retrieval.metrics against a plain numpy reference written like the organisers' evaluator.
+"""retrieval.fragments.metrics against a plain numpy reference written like the organisers' evaluator.
 
 The embeddings are small integers (or exactly normalisable +-1 patterns for cosine), so every
 distance is exact in float32 and float64 alike: the kernel and the reference rank the very
@@ -10,7 +10,8 @@ import os
 import numpy as np
 import pytest
 
-from retrieval import distances_io, metrics, pca
+from retrieval.fragments import distances_io, metrics
+from retrieval.features import pca
 
 N = 101  # prime: no block size below divides it
 

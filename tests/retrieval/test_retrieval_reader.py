@@ -9,8 +9,8 @@ import numpy as np
 from PIL import Image
 import pytest
 
-from retrieval import reader
-from retrieval import synth
+from retrieval.fragments import reader
+from retrieval.synthetic import synth
 
 
 def _fragment(h, w, seed=0):

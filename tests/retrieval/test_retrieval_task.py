@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import run_module
-from retrieval import data, losses as losses_lib, model as model_lib, reader
+from retrieval.fragments import data, losses as losses_lib, model as model_lib, reader
 
 
 def normalised(rng, n, d):
@@ -140,20 +140,20 @@ def test_predict_says_in_one_line_that_fragments_have_no_predictor(fragment_data
                       fragment_data, '--workdir', fragment_evaluated, check=False)
   assert result.returncode == 1
   assert result.stderr.strip().splitlines() == [
-      'Error: retrieval.task has no predictor (it has no submission format); python -m '
+      'Error: retrieval.fragments.task has no predictor (it has no submission format); python -m '
       'launch.evaluate writes its scores and exports']
 
 
 def _pipeline(encoder, lbp_embeddings):
   from configs import fragments
-  from retrieval import evaluate
+  from retrieval.fragments import evaluate
   config = fragments.get_config('test')
   starts = np.arange(len(encoder) + 1)  # one patch a fragment: its descriptor is itself
   return evaluate.Pipeline(config, encoder, starts, lbp_embeddings, whitening_fit=None)
 
 
 def test_val_keeps_a_step_off_unless_it_helps():
-  from retrieval import evaluate
+  from retrieval.fragments import evaluate
   rng = np.random.default_rng(0)
   writers = np.repeat(np.arange(12), 5)
   noisy = rng.normal(size=(60, 16)).astype(np.float32) + 0.8 * rng.normal(size=(12, 16))[writers]

@@ -4,7 +4,7 @@ SRS-LBP stays the native fragment's."""
 import numpy as np
 
 from configs import fragments
-from retrieval import data
+from retrieval.fragments import data
 
 
 def _source(fragment_data, tmp_path, split, **scales):

@@ -1,4 +1,4 @@
-"""retrieval/search.py's exact search against numpy written from its definition, and the
+"""retrieval/collections/search.py's exact search against numpy written from its definition, and the
 device search and SGR re-ranking against the host code they replaced
 (bench/reference_search.py): the same rankings, ties included."""
 import dataclasses
@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from bench import index_scale, reference_search
-from retrieval import aggregate, metrics, search
+from retrieval.features import aggregate
+from retrieval.fragments import metrics
+from retrieval.collections import search
 
 
 @pytest.mark.parametrize('metric', ['euclidean', 'cityblock', 'cosine'])
@@ -23,7 +25,7 @@ def test_queries_from_outside_rank_as_the_rows_of_the_whole_matrix(metric):
 
 
 def reference(index, q, lbp_q):
-  """The fused distance as retrieval/search.py's docstring defines it, over every pair."""
+  """The fused distance as retrieval/collections/search.py's docstring defines it, over every pair."""
   e = index.entries
   def z(d_all, d_q):
     off = d_all[~np.eye(len(d_all), dtype=bool)]
@@ -190,7 +192,7 @@ def test_the_search_ranks_as_the_evaluator_scores(whitening_dims, fusion_weight)
   every pair in the z statistics at this size. The search shows the encoder's distance
   z-normalised even without fusion: the same order."""
   from configs import fragments
-  from retrieval import evaluate
+  from retrieval.fragments import evaluate
   config = fragments.get_config('test')
   config.eval.whitening = 'self'
   rng = np.random.default_rng(5)

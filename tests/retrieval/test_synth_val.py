@@ -1,11 +1,12 @@
-"""The fragments' validation family (retrieval/synth_val.py): the layout the reader reads, one
+"""The fragments' validation family (retrieval/synthetic/synth_val.py): the layout the reader reads, one
 output per seed, and draws that share no font with training or with each other."""
 import os
 
 import numpy as np
 import pytest
 
-from retrieval import reader, synth, synth_val
+from retrieval.fragments import reader
+from retrieval.synthetic import synth, synth_val
 
 PAGE = (500, 700)  # small pages: the test stays fast
 
@@ -96,7 +97,7 @@ def test_the_family_ceiling_redraws_the_style_each_page_was_rendered_with(monkey
     expected = habits(style, (writer - 1) // synth_val.HAND_SIZE + 1,
                       [style['nib_angle'], np.log(max(1, round(style['nib_width'] * x)) / x)])
     np.testing.assert_allclose(family_ceiling.page_habits(seed, draw, writer, page), expected)
-  seed, writer, page = 0, 67, 265  # the own test's (retrieval/synth.py)
+  seed, writer, page = 0, 67, 265  # the own test's (retrieval/synthetic/synth.py)
   with pytest.raises(StopIteration):
     synth._page_job(('unused', None, seed, writer, page, None, PAGE))
   style = rendered[-1]

@@ -1,13 +1,13 @@
 """NetVLAD / NetRVLAD pooling against its definition, written as loops in numpy: per cluster
 k, V_k = sum over the map's vectors x of a_k(x) (x - c_k), a = softmax of the assignment
 layer; each V_k L2-normalised when intra-normalised, then the whole vector, then the
-projection and L2 (retrieval/model.py)."""
+projection and L2 (retrieval/fragments/model.py)."""
 import numpy as np
 import pytest
 from flax import nnx
 
 from configs import fragments
-from retrieval import model
+from retrieval.fragments import model
 
 
 def unit(v):

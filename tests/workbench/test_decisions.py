@@ -8,7 +8,8 @@ import sqlite3
 import pytest
 
 from bengrapheme import errors
-from retrieval.workbench import db as db_lib, exchange
+from retrieval.collections import decisions as db_lib
+from retrieval.collections.workbench import exchange
 
 
 def decision(a, b, verdict='same', scholar='Ada', **kw):

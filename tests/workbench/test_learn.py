@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from bengrapheme import errors
-from retrieval import data
-from retrieval.workbench import db as db_lib, learn
+from retrieval.fragments import data
+from retrieval.collections import decisions as db_lib, learn
 
 from test_decisions import decision
 

@@ -1,13 +1,13 @@
 """Rounds of candidate joins and searches through the app: the closest undecided pairs first,
 decided pairs leave the queue and come back on undo, one image's round is its exact nearest,
-a search by an item is retrieval/search.py's."""
+a search by an item is retrieval/collections/search.py's."""
 import json
 import os
 import urllib.parse
 
 import numpy as np
 
-from retrieval import index as index_lib, search
+from retrieval.collections import index as index_lib, search
 from workbench_helpers import collection, served  # noqa: F401 (fixtures)
 
 

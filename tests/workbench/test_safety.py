@@ -19,7 +19,7 @@ import pytest
 from PIL import Image
 
 from conftest import ROOT
-from retrieval.workbench import app as app_lib
+from retrieval.collections.workbench import app as app_lib
 
 from workbench_helpers import Served, collection, served  # noqa: F401 (fixtures)
 

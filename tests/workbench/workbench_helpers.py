@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from retrieval import index as index_lib, pca
+from retrieval.collections import index as index_lib
+from retrieval.features import pca
 
 IMAGES = 12
 
@@ -54,7 +55,7 @@ class Served:
 
   def __init__(self, settings):
     import uvicorn
-    from retrieval.workbench import app as app_lib
+    from retrieval.collections.workbench import app as app_lib
     self.app = app_lib.create(settings)
     self.port = free_port()
     self.server = uvicorn.Server(uvicorn.Config(self.app, host='127.0.0.1', port=self.port,
@@ -99,7 +100,7 @@ def collection(tmp_path):
 
 @pytest.fixture
 def served(collection, tmp_path):
-  from retrieval.workbench import app as app_lib
+  from retrieval.collections.workbench import app as app_lib
   root, folder, _ = collection
   settings = app_lib.Settings(workdir=str(tmp_path / 'workdir'), folder=folder,
                               db=str(tmp_path / 'decisions.sqlite'), candidates=40)

@@ -14,7 +14,7 @@
   POST /api/import?name=          a colleague's export (the body: the file)
   GET  /api/groups                fragments joined by 'same hand', transitively
 
-Guards (retrieval/workbench/images.py for the files): with an access token (required by
+Guards (retrieval/collections/workbench/images.py for the files): with an access token (required by
 launch.serve beyond loopback) every request carries it (?token= once, then a cookie); on
 loopback the Host header must be a loopback name, so that a web page elsewhere cannot reach
 the app by rebinding its own name to 127.0.0.1; a POST must carry the X-Workbench header,
@@ -32,8 +32,9 @@ from fastapi import responses
 from starlette.concurrency import run_in_threadpool
 
 from bengrapheme import errors
-from retrieval import index as index_lib, search
-from retrieval.workbench import db as db_lib, exchange, images, rounds
+from retrieval.collections import index as index_lib, search
+from retrieval.collections import decisions as db_lib
+from retrieval.collections.workbench import exchange, images, rounds
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'static')
 LOOPBACK_NAMES = ('127.0.0.1', 'localhost', '[::1]', '::1')
@@ -107,7 +108,7 @@ class Workbench:
 
   def search_upload(self, name, data, top):
     """The nearest of an uploaded image, embedded with the index's checkpoint and settings
-    (retrieval/search.py's path for a query outside the collection). The file lives in a
+    (retrieval/collections/search.py's path for a query outside the collection). The file lives in a
     temporary folder for the embedding only."""
     images.check_upload(name, data)
     safe = ''.join(c if c.isalnum() or c in '._-' else '_' for c in os.path.basename(name))

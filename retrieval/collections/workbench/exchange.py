@@ -12,7 +12,7 @@ import io
 import json
 
 from bengrapheme import errors
-from retrieval.workbench import db as db_lib
+from retrieval.collections import decisions as db_lib
 
 CSV_COLUMNS = ('uuid', 'a', 'b', 'verdict', 'note', 'scholar', 'decided_at', 'distance',
                'rank', 'a_size', 'a_mtime_ns', 'b_size', 'b_mtime_ns', 'checkpoint')

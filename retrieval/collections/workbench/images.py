@@ -16,7 +16,7 @@ import os
 from PIL import Image
 
 from bengrapheme import errors
-from retrieval import collection
+from retrieval.collections import collection
 
 FORMATS = ('JPEG', 'PNG', 'TIFF')
 MAX_PIXELS = 60_000_000  # a 60 Mpx scan is past any fragment photograph; a bomb is far past it
@@ -51,7 +51,7 @@ def resolve(root, relative, indexed):
 
 @functools.lru_cache(maxsize=256)  # thumbnails and the pairs of a round or two
 def png(path, longest, stamp):
-  """PNG bytes of the image as a person sees it (retrieval/collection.py), its longest side
+  """PNG bytes of the image as a person sees it (retrieval/collections/collection.py), its longest side
   at most `longest` px (0: full size). `stamp` (size, mtime) keys the cache to the file."""
   del stamp
   try:

@@ -1,7 +1,7 @@
 """Rounds of candidate joins: the closest pairs not yet decided, a round at a time.
 
 Two kinds of round:
-- the collection's: the closest pairs of the whole collection (retrieval/search.py's
+- the collection's: the closest pairs of the whole collection (retrieval/collections/search.py's
   closest_pairs, exact, every image against every other), computed once and kept beside the
   index (INDEX/candidates.npz, keyed to index.npz's size and time and the number kept), so
   that a round is a walk down that list past the decided pairs. The list is quadratic to
@@ -15,7 +15,7 @@ import os
 import numpy as np
 
 from bengrapheme import console, files
-from retrieval import search
+from retrieval.collections import search
 
 
 def candidate_pairs(folder, searcher, top):
