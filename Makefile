@@ -75,12 +75,12 @@ data/fragments-third/test: | setup
 	  --workers 2
 
 # Train the recipe the validation family chose (configs/fragments.py:demo), evaluate it on its
-# own val and test, then on the three sets (bench/fragment_family.py: the family chooses the
+# own val and test, then on the three sets (experiments/fragment_family.py: the family chooses the
 # post-processing, test and the third draw report).
 demo-fragments: setup $(FRAG_DATA)/test data/fragments-valfam/test data/fragments-third/test
 	$(PY) -m launch.train --config configs/fragments.py:demo --data $(FRAG_DATA) --workdir $(FRAG_WORKDIR)
 	$(PY) -m launch.evaluate --config configs/fragments.py:demo --data $(FRAG_DATA) --workdir $(FRAG_WORKDIR)
-	$(PY) -m bench.fragment_family --notrain --config configs/fragments.py:demo --workdir $(FRAG_WORKDIR)
+	$(PY) -m experiments.fragment_family --notrain --config configs/fragments.py:demo --workdir $(FRAG_WORKDIR)
 
 # The scholars' workbench over the fragments demo: trains it first if its workdir has no
 # evaluated checkpoint, indexes the test writers' folder, serves http://127.0.0.1:8765/.

@@ -2,7 +2,7 @@
 
 A restart, a resume after preemption, `launch.evaluate` after training and every test process
 compile the same programs again: tracing is cheap next to XLA's compile of a large step
-(bench/compile_time.py), which the cache replaces by reading the executable back. maxtext
+(experiments/compile_time.py), which the cache replaces by reading the executable back. maxtext
 turns it on the same way (its jax_cache_dir).
 
 The folder is named for this host's platform and CPU: a CPU executable is native code for

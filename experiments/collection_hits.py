@@ -1,7 +1,7 @@
 """Finding the same hand through an index: the share of queries whose 10 nearest images hold
 another fragment of the same writer, with the encoder, SRS-LBP, and the fused distance.
 
-  python -m bench.collection_hits --config configs/fragments.py:demo \
+  python -m experiments.collection_hits --config configs/fragments.py:demo \
       --workdir workdirs/fragments-demo --collection data/fragments-synth/test \
       --name fragments-collection-hits --command '...' [--command ...] [--note ...]
 
@@ -12,7 +12,7 @@ three distances: the encoder's (the index's descriptors, whitened as chosen), SR
 alone, and their fusion at the weight val chose (SGR re-ranking left out, as search leaves
 it). The writers are read from the WID_PID_FID names, for scoring only; a writer's only
 fragment has nothing to find and is left out. The scores are kept as a record
-(bench/records.py: test/METHOD/hit10, top1, num_queries).
+(experiments/records.py: test/METHOD/hit10, top1, num_queries).
 """
 import argparse
 import dataclasses
@@ -22,7 +22,7 @@ import tempfile
 
 import numpy as np
 
-from bench import records
+from experiments import records
 from retrieval.collections import collection, search
 from retrieval.fragments import reader
 

@@ -2,7 +2,7 @@
 target issue 38 set at 10 s): trace + lower, then XLA's compile, of the trainer's step as it
 is and of two variants that each take one part away, each in a process of its own.
 
-  python -m bench.compile_time --record compile-time
+  python -m experiments.compile_time --record compile-time
 
   step        train.make_train_step as bench/train_step.py compiles it
   sgd         the same with plain SGD in place of global-norm clipping + AdamW: what the
@@ -24,7 +24,8 @@ import sys
 import tempfile
 import time
 
-from bench import common, records
+from bench import common
+from experiments import records
 
 VARIANTS = ('step', 'sgd', 'native_dw', 'bare', 'cached')
 
@@ -76,7 +77,7 @@ def main():
     return
 
   def worker(variant, cache=''):
-    out = subprocess.run([sys.executable, '-m', 'bench.compile_time', '--variant', variant,
+    out = subprocess.run([sys.executable, '-m', 'experiments.compile_time', '--variant', variant,
                           '--cache', cache],
                          cwd=common.ROOT, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -91,7 +92,7 @@ def main():
       scores[variant] = worker(variant)
     print(variant, scores[variant], flush=True)
   if args.record:
-    command = 'python -m bench.compile_time --record ' + args.record
+    command = 'python -m experiments.compile_time --record ' + args.record
     print(records.add(args.record, None, [command], '', 'one process a variant, no '
                       'compilation cache but in `cached`; 2 cores shared with no other job '
                       '(the fragment training beside it paused)', scores=scores))

@@ -1,6 +1,6 @@
 """Learning from the workbench's decisions (issue 41, part 3), on synthetic writers.
 
-  python -m bench.decisions_retrain --collection data/fragments-synth/test \
+  python -m experiments.decisions_retrain --collection data/fragments-synth/test \
       --out workdirs/decisions-retrain --steps 300 --rounds 5 \
       --name decisions-retrain --command '...'
 
@@ -14,8 +14,8 @@ read from the names for scoring and for simulating the scholars only.
 3. after: the same training (same seed, steps) with --config.data.decisions=that database,
    indexed again.
 Scores, for each: the share of queries whose 10 nearest hold another fragment of the same
-writer (bench/collection_hits.py's hits, encoder distance), over every query and over the
-queries in no decided pair. Kept as a record (bench/records.py: before/..., after/...).
+writer (experiments/collection_hits.py's hits, encoder distance), over every query and over the
+queries in no decided pair. Kept as a record (experiments/records.py: before/..., after/...).
 """
 import argparse
 import os
@@ -25,7 +25,8 @@ import tempfile
 
 import numpy as np
 
-from bench import collection_hits, common, records
+from bench import common
+from experiments import collection_hits, records
 from retrieval.collections import collection, search
 from retrieval.fragments import reader
 from retrieval.collections import decisions as db_lib

@@ -1,6 +1,6 @@
 """How far writer retrieval can go on a synthetic draw, from what its generator drew.
 
-  python -m bench.family_ceiling --record family-ceiling
+  python -m experiments.family_ceiling --record family-ceiling
 
 Issue 40 asks the fragment encoder for 2.0x SRS-LBP's writer mAP on the validation family
 (retrieval/synthetic/synth_val.py) and 1.5x on the third draw and the own test (retrieval/synthetic/synth.py). On
@@ -29,12 +29,13 @@ import os
 
 import numpy as np
 
-from bench import common, records
+from bench import common
+from experiments import records
 from retrieval.fragments import metrics, reader
 from retrieval.synthetic import synth, synth_val
 
 SEARCH_STEPS = 60
-# (set, its folder, seed, draw), as bench/fragment_family.py's SETS write them; draw 'synth'
+# (set, its folder, seed, draw), as experiments/fragment_family.py's SETS write them; draw 'synth'
 # is retrieval/synthetic/synth.py's (the own test), the others retrieval/synthetic/synth_val.py's.
 DRAWS = (('valfam', 'data/fragments-valfam/test', 0, 'val'),
          ('third', 'data/fragments-third/test', 1, 'third'),
@@ -126,7 +127,7 @@ def main():
     print(name, {k: round(v, 3) for k, v in scores.items()
                  if k.startswith(name) and k.endswith('/map')}, flush=True)
   if args.record:
-    command = 'python -m bench.family_ceiling --record ' + args.record
+    command = 'python -m experiments.family_ceiling --record ' + args.record
     print(records.add(args.record, None, [command], '', 'no training: the generator\'s own '
                       'draws, re-seeded (habits in order: slant, tracking, word gap, line gap, '
                       'wobble, the pen (synth_val: nib angle, nib width; synth: stroke), the '

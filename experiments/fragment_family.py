@@ -1,6 +1,6 @@
 """Trains a fragment recipe on the demo's writers and scores it on three sets; one record a run.
 
-  python -m bench.fragment_family --name NAME --workdir workdirs/family/NAME \\
+  python -m experiments.fragment_family --name NAME --workdir workdirs/family/NAME \\
       --config configs/fragments.py:demo [--config.train.lr=4e-3 ...]
 
 The sets, each scored as split 'test' of a folder whose train/ is the demo's (SRS-LBP's PCA is
@@ -14,7 +14,7 @@ fitted there, as for the demo's own test):
           and the family's); reports.
 
 Nothing is chosen on test or third: both apply the family's post-processing unchanged. The
-record (bench/records/NAME.json) holds every score under valfam/, test/ and third/, the
+record (experiments/records/NAME.json) holds every score under valfam/, test/ and third/, the
 training's wall time, and the commands: the data's and this one, as typed. Training runs in
 a child process (launch.train, no evaluation during it); patches and SRS-LBP features are
 cached in data/fragment-cache, shared by every run with the same patch settings. --data
@@ -30,10 +30,11 @@ import time
 
 from absl import flags
 
-from bench import common, records
+from bench import common
+from experiments import records
 from launch import cli, flags as shared_flags
 
-NAME = flags.DEFINE_string('name', '', 'Keep the scores as bench/records/NAME.json (none: '
+NAME = flags.DEFINE_string('name', '', 'Keep the scores as experiments/records/NAME.json (none: '
                            'only print them).')
 NOTE = flags.DEFINE_string('note', '', 'What else a reader of the record needs to know.')
 TRAIN = flags.DEFINE_bool('train', True, 'Train first (--notrain: score the workdir\'s model '
@@ -130,7 +131,7 @@ def main(argv):
   seconds = train(workdir, data) if TRAIN.value else 0.0
   results = score(config, workdir)
   results['train_seconds'] = seconds
-  command = 'python -m bench.fragment_family ' + ' '.join(map(shlex.quote, sys.argv[1:]))
+  command = 'python -m experiments.fragment_family ' + ' '.join(map(shlex.quote, sys.argv[1:]))
   trained = (f'Training ({results["step"]} steps) took {seconds:.0f} s of wall time on 2 CPU '
              'cores shared with other work (heavy jobs take turns under a lock; others\' '
              'tests may not), so slower than on a quiet machine; a restart resumes, so after '

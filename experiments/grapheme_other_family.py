@@ -1,6 +1,6 @@
 """A third synthetic grapheme family, to report on and never to choose with.
 
-  python -m bench.grapheme_other_family --out data/bengali-other --num 2000 --seed 0
+  python -m experiments.grapheme_other_family --out data/bengali-other --num 2000 --seed 0
 
 writes a Kaggle-layout test split (as bengrapheme/grapheme/synth_val.py does) that
 launch.evaluate scores as split 'test' of --data:

@@ -4,7 +4,7 @@ per device, compile time, whether the step ran: only where its memory fits) and
 `--feed_check` of the grapheme demo on a small synthetic set (the input's and the step's
 examples/s, the cores the input kept busy).
 
-  python -m bench.preflight_checks --record preflight-checks
+  python -m experiments.preflight_checks --record preflight-checks
 """
 import tempfile
 import argparse
@@ -13,7 +13,8 @@ import re
 import subprocess
 import sys
 
-from bench import common, records
+from bench import common
+from experiments import records
 
 # name: launch.train's arguments after --dry_run.
 CASES = {
@@ -76,14 +77,14 @@ def feed_check(seconds):
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--record', default='', help='keep the figures as bench/records/NAME.json')
+  parser.add_argument('--record', default='', help='keep the figures as experiments/records/NAME.json')
   parser.add_argument('--seconds', type=float, default=20.0, help='the feed check\'s time a part')
   args = parser.parse_args()
   scores = {f'{case}/{k}': v for case, case_args in CASES.items()
             for k, v in dry_run(case_args).items()}
   scores.update({f'demo_feed/{k}': v for k, v in feed_check(args.seconds).items()})
   if args.record:
-    command = f'python -m bench.preflight_checks --record {args.record}'
+    command = f'python -m experiments.preflight_checks --record {args.record}'
     print(records.add(args.record, None, [command], '',
                       '2 CPU cores shared with other work: compile times vary with the load',
                       scores=scores))

@@ -1,6 +1,6 @@
 """Which random-access layout `prepare` should write: conversion speed and grain read speed.
 
-  python -m bench.prepare_formats --images 5000
+  python -m experiments.prepare_formats --images 5000
 
 Writes a synthetic wide parquet in the Kaggle layout (image-like pixels: paper noise and dark
 strokes, so it compresses like the real scans), converts it into each candidate layout, and

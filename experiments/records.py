@@ -1,11 +1,11 @@
 """The records behind the accuracy tables of README.md and docs/: one small JSON file a run.
 
   # after `launch.evaluate` of a run, keep its scores (the commands as they were typed):
-  python -m bench.records add --name grapheme-demo --workdir W --command '...' --command '...'
+  python -m experiments.records add --name grapheme-demo --workdir W --command '...' --command '...'
   # redraw the tables in README.md and docs/*.md from the records:
-  python -m bench.records readme
+  python -m experiments.records readme
 
-A record (bench/records/NAME.json) holds the commands that produced the run, the commit they
+A record (experiments/records/NAME.json) holds the commands that produced the run, the commit they
 ran at, the date, the machine, a note, and every score of W/eval/metrics.json (flattened,
 'split/a/b' keys). The tables are drawn from records only (TABLES below), between
 `<!-- records:TABLE:begin -->` and `<!-- records:TABLE:end -->` in whichever pages hold
@@ -23,7 +23,7 @@ import subprocess
 from bench import common, run
 from bengrapheme import inference, files
 
-RECORDS = os.path.join(common.ROOT, 'bench', 'records')
+RECORDS = os.path.join(common.ROOT, 'experiments', 'records')
 README = os.path.join(common.ROOT, 'README.md')
 FIELDS = ('name', 'commands', 'commit', 'date', 'machine', 'note', 'scores')
 
@@ -56,7 +56,7 @@ ACROSS_FAMILIES = (
 FRAGMENT_COLUMNS = (('writer mAP', 'writer/map'), ('writer Top-1', 'writer/top1'),
                     ('writer Pr@10', 'writer/pr10'), ('page mAP', 'page/map'),
                     ('page Top-1', 'page/top1'))
-# bench/collection_hits.py: finding the same hand through an index, as a scholar searches.
+# experiments/collection_hits.py: finding the same hand through an index, as a scholar searches.
 HIT_COLUMNS = (('top 10 hold the same writer', 'hit10'), ('nearest is the same writer', 'top1'),
                ('queries', 'num_queries'))
 # Issue 27's recipes, each adding one part to the one before (or to the row named).
@@ -118,7 +118,7 @@ SAGHOG_ARMS = (
     ('ViT MaskFeat-pre-trained + NetRVLAD, layer decay 0.75: val\'s choice, `make demo-saghog`',
      'saghog-demo-ld0.75'),
     ('ViT MaskFeat-pre-trained + NetRVLAD, no layer decay', 'saghog-demo-ld1'))
-# Issue 40: a fragment recipe scored by bench/fragment_family.py on three sets, writer mAP;
+# Issue 40: a fragment recipe scored by experiments/fragment_family.py on three sets, writer mAP;
 # "x SRS-LBP" divides by SRS-LBP's on the same set.
 FAMILY_SETS = (('validation family (chooses)', 'valfam'), ('own test (reports)', 'test'),
                ('third draw (reports)', 'third'))
@@ -177,7 +177,7 @@ FAMILY_RUNS = (
      'fragfam-lr8e-3-width24'))
 FAMILY_SUMMARY_RUNS = ('fragfam-demo', 'fragfam-scales', 'fragfam-lr8e-3',
                        'fragfam-lr8e-3-upper')  # the README's
-# bench/family_ceiling.py: a perfect pairwise descriptor of a draw's page styles.
+# experiments/family_ceiling.py: a perfect pairwise descriptor of a draw's page styles.
 CEILING_COLUMNS = (('writer mAP', 'writer/map'),
                    ('writer mAP, weights searched on it', 'searched/writer/map'),
                    ('writer Pr@10', 'writer/pr10'),
@@ -189,13 +189,13 @@ PROBE_COLUMNS = (('masked HOG error', 'reconstruction/loss'),
                  ('probe page mAP', 'probe/page/map'))
 # table -> (columns (header, key) or (header, record suffix, key), rows (label, record, key
 # prefix of the row's scores)).
-# bench/same_training.py: a refactor's recipes trained by the code before it and after.
+# experiments/same_training.py: a refactor's recipes trained by the code before it and after.
 SAME_TRAINING = (('arrays in the train state', 'arrays'),
                  ('arrays that differ', 'arrays_that_differ'),
                  ('largest difference', 'largest_difference'))
 COUNTS = ('num_queries', 'arrays', 'arrays_that_differ', 'params', 'ran', 'input_bound',
           'fusions')
-# bench/preflight_checks.py: what launch.train --dry_run and --feed_check report.
+# experiments/preflight_checks.py: what launch.train --dry_run and --feed_check report.
 DRY_RUN = (('parameters', 'params'), ('GFLOP an image', 'gflop_per_image'),
            ('MiB per device', 'memory_per_device_mib'), ('of which temporaries', 'temporaries_mib'),
            ('compile s', 'compile_s'), ('step run (0: did not fit, or simulated devices)', 'ran'))
@@ -203,7 +203,7 @@ FEED_CHECK = (('input examples/s', 'input_per_s'), ('host cores it kept busy', '
               ('train step examples/s', 'step_per_s'),
               ('input bounds (1) or step (0)', 'input_bound'))
 
-# bench/decisions_retrain.py: a collection trained before and after the scholars' decisions.
+# experiments/decisions_retrain.py: a collection trained before and after the scholars' decisions.
 DECISION_COLUMNS = (('top 10 hold the same writer', 'hit10'),
                     ('nearest is the same writer', 'top1'),
                     ('top 10, queries in no decided pair', 'undecided_hit10'),
@@ -211,13 +211,13 @@ DECISION_COLUMNS = (('top 10 hold the same writer', 'hit10'),
                     ('queries', 'num_queries'),
                     ('in no decided pair', 'undecided_num_queries'))
 
-# bench/compile_time.py: EfficientNet-B0's train step compiled with a part taken away.
+# experiments/compile_time.py: EfficientNet-B0's train step compiled with a part taken away.
 COMPILE_TIME = (('trace + lower s', 'lower_s'), ("XLA's compile s", 'compile_s'),
                 ('in all s', 'total_s'), ('CPU s', 'cpu_s'), ('fusions', 'fusions'))
 # bench/train_step.py --quick at XLA's backend optimisation levels (XLA_FLAGS).
 OPT_LEVEL = (('JAX images/s', 'jax_images_s'), ('PyTorch images/s', 'torch_images_s'),
              ('compile s', 'compile_s'))
-# bench/setup_sizes.py: what the two setups install, in MB.
+# experiments/setup_sizes.py: what the two setups install, in MB.
 SETUP_SIZES = (('demo venv, fresh', 'demo_venv_mb'), ('test venv', 'test_venv_mb'),
                ('of which torch', 'torch_mb'), ('NVIDIA libraries', 'nvidia_mb'),
                ('triton', 'triton_mb'), ('npm fonts', 'npm_fonts_mb'),
@@ -390,8 +390,9 @@ def load(name):
 
 
 def pages():
-  """The markdown pages that may hold tables: README.md, then docs/*.md."""
-  return [README] + sorted(glob.glob(os.path.join(common.ROOT, 'docs', '*.md')))
+  """The markdown pages that may hold tables: README.md, then docs/*.md, experiments/*.md."""
+  return [README] + sorted(glob.glob(os.path.join(common.ROOT, 'docs', '*.md'))) + sorted(
+      glob.glob(os.path.join(common.ROOT, 'experiments', '*.md')))
 
 
 def _shown(page):
@@ -412,7 +413,7 @@ def table(name, page=None):
       key = prefix + column[-1]
       scores = load(record_name)['scores']
       if key not in scores:
-        raise KeyError(f'bench/records/{record_name}.json has no score {key}')
+        raise KeyError(f'experiments/records/{record_name}.json has no score {key}')
       value = scores[key]
       cells.append(f'{int(value):,}' if key.endswith(COUNTS) else f'{value:.3f}')
       if record_name not in shown:
@@ -491,7 +492,7 @@ def add(name, workdir, commands, commit, note, scores=None):
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   commands = parser.add_subparsers(dest='what', required=True)
-  a = commands.add_parser('add', help="keep a run's scores as bench/records/NAME.json")
+  a = commands.add_parser('add', help="keep a run's scores as experiments/records/NAME.json")
   a.add_argument('--name', required=True)
   a.add_argument('--workdir', required=True, help='the run, evaluated (W/eval/metrics.json)')
   a.add_argument('--command', action='append', required=True, dest='commands',

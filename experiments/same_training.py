@@ -7,7 +7,7 @@ registries and promised that the recipes train exactly as before; this is that c
 a record. The variants' names changed with the configs (`saghog_test` became
 `recipe=saghog,size=test`), so each recipe names its variant in both trees.
 
-  python -m bench.same_training --before 9efd4a7 --record same-training-issue37
+  python -m experiments.same_training --before 9efd4a7 --record same-training-issue37
 """
 import argparse
 import os
@@ -17,7 +17,8 @@ import tempfile
 
 import numpy as np
 
-from bench import common, records
+from bench import common
+from experiments import records
 
 STEPS = 6
 # recipe: (data, variant before, variant now, overrides in both). Gradient accumulation and
@@ -81,7 +82,7 @@ def compare(a, b):
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--before', required=True, help='the commit whose training to match')
-  parser.add_argument('--record', default='', help='keep the result as bench/records/NAME.json')
+  parser.add_argument('--record', default='', help='keep the result as experiments/records/NAME.json')
   args = parser.parse_args()
   scores = {}
   with tempfile.TemporaryDirectory() as scratch:
@@ -104,7 +105,7 @@ def main():
       subprocess.run(['git', 'worktree', 'remove', '--force', before_tree], cwd=common.ROOT,
                      check=True)
   if args.record:
-    command = f'python -m bench.same_training --before {args.before} --record {args.record}'
+    command = f'python -m experiments.same_training --before {args.before} --record {args.record}'
     print(records.add(args.record, None, [command], '',
                       f'{STEPS} steps of each recipe, EMA on, 1 CPU device; the states '
                       f'trained at {args.before} and at this commit compared byte for byte',

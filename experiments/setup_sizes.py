@@ -2,7 +2,7 @@
 `make demo` makes), this checkout's venv with the tests' extras, its largest parts, the npm
 fonts and Debian's Chromium; kept as a record that docs/benchmarks.md cites.
 
-  python -m bench.setup_sizes --record setup-sizes
+  python -m experiments.setup_sizes --record setup-sizes
 
 The fresh venv is built in a temporary folder with pip (its cache makes a rerun quick) and
 removed after. Sizes are `du -sb` (MB = 10^6 bytes); Debian's, dpkg's Installed-Size.
@@ -14,7 +14,8 @@ import subprocess
 import sys
 import tempfile
 
-from bench import common, records
+from bench import common
+from experiments import records
 
 
 def megabytes(path):
@@ -40,7 +41,7 @@ def fresh_venv_megabytes():
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-  parser.add_argument('--record', default='', help='keep the sizes as bench/records/NAME.json')
+  parser.add_argument('--record', default='', help='keep the sizes as experiments/records/NAME.json')
   args = parser.parse_args()
   venv = os.path.join(common.ROOT, '.venv')
   site = glob.glob(os.path.join(venv, 'lib', 'python*', 'site-packages'))[0]
@@ -53,7 +54,7 @@ def main():
   for name, value in sizes.items():
     print(f'{name}: {value:,} MB')
   if args.record:
-    command = 'python -m bench.setup_sizes --record ' + args.record
+    command = 'python -m experiments.setup_sizes --record ' + args.record
     print(records.add(args.record, None, [command], '',
                       'du -sb of each; the demo venv built fresh from requirements.txt',
                       scores=sizes))

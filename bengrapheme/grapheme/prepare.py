@@ -13,7 +13,7 @@ means decoding a 1.6 GB file. `prepare` validates the split and writes it row-ma
 
 Why a plain memory-mapped .npy: an image is a fixed 32,332 bytes at offset i * 32,332, so a
 read is one memcpy from the page cache with no decoding, index lookup or record framing, and
-numpy opens the file anywhere. `python -m bench.prepare_formats` (5,000 images, grain
+numpy opens the file anywhere. `python -m experiments.prepare_formats` (5,000 images, grain
 shuffle + batch(64)) read it at ~16-19k images/s, ahead of uncompressed ArrayRecord
 (~13k), zstd ArrayRecord (~7.6k) and parquet with 32-image row groups (~3k), and ~20x the
 pandas.read_parquet way Kaggle notebooks read the wide files.

@@ -194,7 +194,7 @@ def write_dataset(out_dir, num, seed=0, workers=None, unseen_fraction=0.5, fonts
   """Writes the family's `num` images as the Kaggle test split of out_dir, whole or not at
   all, and `num_train` seen graphemes in training's fonts as its train split. fonts, job
   ((text, font, seed) -> image), code and family: another family's (as
-  bench/grapheme_other_family.py draws)."""
+  experiments/grapheme_other_family.py draws)."""
   if not isinstance(num, (int, np.integer)) or num < 1:
     raise ValueError(f'num must be a positive integer, got {num!r}')
   if not isinstance(num_train, (int, np.integer)) or num_train < 0:

@@ -4,7 +4,7 @@
   python -m retrieval.synthetic.synth_val --out data/fragments-third --writers 32 --seed 1 --draw third
 
 writes OUT/test/WID_PID_FID.jpg (the HisFrag20 layout retrieval/fragments/reader.py reads), scored as
-split 'test' of a folder whose train/ is training's (bench/fragment_family.py builds it).
+split 'test' of a folder whose train/ is training's (experiments/fragment_family.py builds it).
 
 Why a second family: a recipe chosen on writers drawn by the training generator rewards its
 look, and real collections differ from it in ways a recipe must survive. This family keeps

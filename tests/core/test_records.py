@@ -1,5 +1,5 @@
 """Every figure the README and docs/ report comes from a kept record: their accuracy tables
-equal the records in bench/records/, and every benchmark row says where, when and at which
+equal the records in experiments/records/, and every benchmark row says where, when and at which
 commit it was measured."""
 import json
 import os
@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from bench import common, records, run
+from bench import common, run
+from experiments import records
 
 
 def _table_pages():
@@ -34,13 +35,13 @@ def test_table_is_what_its_records_say(name, page):
   with open(path) as f:
     text = f.read()
   assert records.block(text, name, path) == records.table(name, path), (
-      f'{page}: table {name!r} differs from its records: `python -m bench.records readme`')
+      f'{page}: table {name!r} differs from its records: `python -m experiments.records readme`')
 
 
 def test_record_links_are_relative_to_their_page():
   docs_page = os.path.join(common.ROOT, 'docs', 'x.md')
-  assert '](bench/records/grapheme-demo.json)' in records.table('grapheme-demo')
-  assert '](../bench/records/grapheme-demo.json)' in records.table('grapheme-demo', docs_page)
+  assert '](experiments/records/grapheme-demo.json)' in records.table('grapheme-demo')
+  assert '](../experiments/records/grapheme-demo.json)' in records.table('grapheme-demo', docs_page)
 
 
 def test_a_table_no_page_holds_is_an_error_naming_it(tmp_path):

@@ -225,14 +225,14 @@ def test_never_leaves_a_partial_dataset(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize('family', ['validation', 'other'])
 def test_families_are_kaggle_test_splits_drawn_apart_from_training(family, tmp_path):
-  """synth_val (chooses settings) and bench/grapheme_other_family (reports) write a test split
+  """synth_val (chooses settings) and experiments/grapheme_other_family (reports) write a test split
   the Kaggle reader accepts: half unseen graphemes, only fonts training never uses (and the
   other family none the validation family uses), each image a function of (seed, index)."""
   from bengrapheme.grapheme import synth_val
   if family == 'validation':
     module, fonts = synth_val, synth.HELD_OUT_FONTS
   else:
-    from bench import grapheme_other_family as module
+    from experiments import grapheme_other_family as module
     fonts = module.OTHER_FONTS
     assert not {os.path.realpath(p) for p in fonts.values()} & {
         os.path.realpath(p) for p in synth.FONTS.values()}

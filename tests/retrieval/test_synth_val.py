@@ -73,9 +73,9 @@ def test_bad_arguments_are_one_line_errors(tmp_path):
 
 
 def test_the_family_ceiling_redraws_the_style_each_page_was_rendered_with(monkeypatch):
-  """bench/family_ceiling.py scores the styles the generators drew; if a _page_job's draws
+  """experiments/family_ceiling.py scores the styles the generators drew; if a _page_job's draws
   change, its ceiling would describe another draw."""
-  from bench import family_ceiling
+  from experiments import family_ceiling
   rendered = []
 
   def capture(style, rng, width, height, pen=None):
