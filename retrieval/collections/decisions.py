@@ -1,15 +1,24 @@
 """The scholars' decisions on candidate joins, kept in SQLite.
 
-One row a decision, never rewritten but for its undo time: a pair's standing decision is its
-newest one not undone, so a change of mind or a colleague's agreement adds a row and the
-history stays. Each row holds what is needed to trust it later: both paths (relative to the
-indexed folder, the pair ordered by path), their sizes and modification times as indexed,
-the distance and rank the pair was shown at, the index's checkpoint digest, the time and the
-scholar's name, and a UUID that identifies it across exports and imports.
+One row a decision, never rewritten but for its undo (time and scholar): a decision is never
+lost, only replaced or undone, and its history is what is kept and exported. A pair's
+decisions are read in the order they were made (decided_at, then the UUID, so that every
+copy of the database orders them alike): each replaces the one before it not undone, and the
+newest not undone stands. Each scholar's newest decision on a pair that disagrees with the
+standing one is that scholar's dissent, kept (it is a row like any other), shown and exported.
+Since the standing verdict depends only on the set of decisions and which are undone, two
+databases holding the same decisions agree, whatever order they learned them in
+(exchange.merge).
+
+Each row holds what is needed to trust it later: both paths (relative to the indexed folder,
+the pair ordered by path), their sizes and modification times as indexed, the distance and
+rank the pair was shown at, the index's checkpoint digest, the time (UTC) and the scholar's
+name, and a UUID that identifies it across exports and imports.
 
 WAL mode with synchronous=FULL and one transaction a decision: a decision the app has
 acknowledged is on disk, and survives the server being killed the next instant. The schema
-version is SQLite's user_version; a database from a newer version is refused, not guessed at.
+version is SQLite's user_version; an older database is brought up to this version when
+opened, one from a newer version is refused, not guessed at.
 """
 import contextlib
 import dataclasses
@@ -20,7 +29,7 @@ import uuid as uuid_lib
 
 from bengrapheme import errors
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 VERDICTS = ('same', 'different', 'unsure')  # same hand / different hands / unsure
 
 SCHEMA = """
@@ -38,12 +47,16 @@ CREATE TABLE decisions (
   decided_at TEXT NOT NULL,
   origin TEXT NOT NULL DEFAULT '',
   undone_at TEXT,
+  undone_by TEXT,
   CHECK (a < b)
 );
 CREATE INDEX decisions_pair ON decisions (a, b);
 """
+# What each older schema lacks, by the version it was.
+UPGRADES = {1: 'ALTER TABLE decisions ADD COLUMN undone_by TEXT;'}
 COLUMNS = ('uuid', 'a', 'b', 'a_size', 'a_mtime_ns', 'b_size', 'b_mtime_ns', 'verdict', 'note',
-           'scholar', 'distance', 'rank', 'checkpoint', 'decided_at', 'origin', 'undone_at')
+           'scholar', 'distance', 'rank', 'checkpoint', 'decided_at', 'origin', 'undone_at',
+           'undone_by')
 
 
 @dataclasses.dataclass
@@ -64,6 +77,7 @@ class Decision:
   uuid: str = ''
   origin: str = ''  # '' here; 'import: FILE' for a colleague's
   undone_at: str | None = None
+  undone_by: str | None = None
   id: int | None = None
 
   def ordered(self):
@@ -77,6 +91,15 @@ class Decision:
 
 def now():
   return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='microseconds')
+
+
+def utc(text):
+  """The ISO 8601 time `text` (with its offset) as now() writes it, so that times from any
+  machine order as text; ValueError when it is not such a time."""
+  moment = datetime.datetime.fromisoformat(text)
+  if moment.tzinfo is None:
+    raise ValueError(f'{text!r} has no UTC offset')
+  return moment.astimezone(datetime.timezone.utc).isoformat(timespec='microseconds')
 
 
 class Decisions:
@@ -98,8 +121,10 @@ class Decisions:
         raise errors.UserError(f'{path}: an SQLite file that is not a decisions database '
                                '(no schema version); give another --db')
       if version == 0:
-        with db:
-          db.executescript(f'BEGIN; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;')
+        db.executescript(f'BEGIN; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;')
+      elif version < SCHEMA_VERSION:
+        steps = ' '.join(UPGRADES[v] for v in range(version, SCHEMA_VERSION))
+        db.executescript(f'BEGIN; {steps} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;')
 
   @contextlib.contextmanager
   def _connect(self):
@@ -133,34 +158,78 @@ class Decisions:
       db.execute('COMMIT')
     return dataclasses.replace(d, id=cursor.lastrowid)
 
-  def undo(self, decision_id):
-    """Marks the decision undone (its pair goes back to the queue unless another decision
-    stands); returns it. UserError when there is no such decision standing."""
+  def undo(self, decision_id, scholar='', at=None, by_uuid=False):
+    """Marks the decision (its id, or its UUID when `by_uuid`) undone by `scholar` at `at`
+    (now when None): the pair's decision before it stands again, or the pair goes back to the
+    queue. Returns it; UserError when there is no such decision standing."""
+    key = 'uuid' if by_uuid else 'id'
     with self._connect() as db:
       db.execute('BEGIN IMMEDIATE')
-      changed = db.execute('UPDATE decisions SET undone_at = ? WHERE id = ? AND undone_at IS '
-                           'NULL', (now(), decision_id)).rowcount
+      changed = db.execute(f'UPDATE decisions SET undone_at = ?, undone_by = ? WHERE {key} = ? '
+                           'AND undone_at IS NULL', (at or now(), scholar, decision_id)).rowcount
       db.execute('COMMIT')
-      row = db.execute('SELECT * FROM decisions WHERE id = ?', (decision_id,)).fetchone()
+      row = db.execute(f'SELECT * FROM decisions WHERE {key} = ?', (decision_id,)).fetchone()
     if not changed:
       raise errors.UserError(f'decision {decision_id}: ' +
                              ('already undone' if row else 'no such decision'))
     return _decision(row)
 
   def all(self, undone=False):
-    """Every decision, oldest first; the undone ones too when `undone`."""
+    """Every decision in the order they were made; the undone ones too when `undone`."""
     with self._connect() as db:
       rows = db.execute('SELECT * FROM decisions' + ('' if undone else
-                        ' WHERE undone_at IS NULL') + ' ORDER BY id').fetchall()
+                        ' WHERE undone_at IS NULL') + ' ORDER BY decided_at, uuid').fetchall()
     return [_decision(r) for r in rows]
 
   def standing(self):
     """{(a, b): the pair's standing decision}: its newest not undone."""
-    return {(d.a, d.b): d for d in self.all()}  # oldest first: the newest wins
+    return {(d.a, d.b): d for d in self.all()}  # in the order made: the newest wins
 
   def uuids(self):
+    """{uuid: whether that decision is undone}."""
     with self._connect() as db:
-      return {r[0] for r in db.execute('SELECT uuid FROM decisions')}
+      return {r[0]: r[1] is not None for r in db.execute('SELECT uuid, undone_at FROM '
+                                                           'decisions')}
+
+
+def history(decisions):
+  """[(decision, status, replaced_by)] of `decisions` (all of them, undone too, in the order
+  made): status 'standing', 'replaced' (a newer decision on its pair stands), 'dissent' (its
+  scholar's newest on the pair, disagreeing with the standing one: a scholar dissents until
+  they decide again) or 'undone'; replaced_by the UUID of the pair's next decision not
+  undone (None for the standing and the undone)."""
+  kept = [d for d in decisions if d.undone_at is None]
+  following, last = {}, {}
+  for d in kept:
+    if (d.a, d.b) in last:
+      following[last[(d.a, d.b)]] = d.uuid
+    last[(d.a, d.b)] = d.uuid
+  standing = last
+  by_uuid = {d.uuid: d for d in kept}
+  newest_of = {(d.a, d.b, d.scholar): d.uuid for d in kept}
+  out = []
+  for d in decisions:
+    if d.undone_at is not None:
+      status = 'undone'
+    elif standing[(d.a, d.b)] == d.uuid:
+      status = 'standing'
+    elif (newest_of[(d.a, d.b, d.scholar)] == d.uuid and
+          d.verdict != by_uuid[standing[(d.a, d.b)]].verdict):
+      status = 'dissent'
+    else:
+      status = 'replaced'
+    out.append((d, status, following.get(d.uuid) if status != 'undone' else None))
+  return out
+
+
+def dissent(decisions):
+  """{(a, b): [the dissenting decisions]} of the pairs where a scholar's newest decision
+  disagrees with the standing one (history's 'dissent')."""
+  out = {}
+  for d, status, _ in history(decisions):
+    if status == 'dissent':
+      out.setdefault((d.a, d.b), []).append(d)
+  return out
 
 
 def _decision(row):

@@ -231,13 +231,24 @@ def create(settings):
     return _json_decision(kept)
 
   @app.post('/api/decisions/{decision_id}/undo')
-  def undo(decision_id: int):
-    return _json_decision(bench.decisions.undo(decision_id))
+  def undo(decision_id: int, body: dict = fastapi.Body(default={})):
+    return _json_decision(bench.decisions.undo(decision_id, str(body.get('scholar', ''))))
 
   @app.get('/api/decisions')
   def decisions():
-    standing = sorted(bench.decisions.standing().values(), key=lambda d: -d.id)
-    return dict(decisions=[_json_decision(d) for d in standing])
+    """The standing decisions, newest first, each with its pair's dissent and history."""
+    earlier, dissent, standing = {}, {}, []
+    for d, status, _ in db_lib.history(bench.decisions.all(undone=True)):
+      if status == 'standing':
+        standing.append(d)
+      else:
+        earlier.setdefault((d.a, d.b), []).append(dict(verdict=d.verdict, scholar=d.scholar,
+                                                       decided_at=d.decided_at, status=status))
+      if status == 'dissent':
+        dissent.setdefault((d.a, d.b), []).append(dict(verdict=d.verdict, scholar=d.scholar))
+    return dict(decisions=[_json_decision(d) | dict(dissent=dissent.get((d.a, d.b), []),
+                                                    history=earlier.get((d.a, d.b), []))
+                           for d in reversed(standing)])
 
   def _download(text, media, suffix):
     return responses.Response(text, media_type=media, headers={
@@ -245,13 +256,13 @@ def create(settings):
 
   @app.get('/api/export.csv')
   def export_csv():
-    return _download(exchange.to_csv(bench.decisions.all()), 'text/csv', 'csv')
+    return _download(exchange.to_csv(bench.decisions.all(undone=True)), 'text/csv', 'csv')
 
   @app.get('/api/export.jsonld')
   def export_jsonld():
     label = f'Decisions on candidate joins of {bench.root}'
-    return _download(exchange.to_jsonld(bench.decisions.all(), label), 'application/ld+json',
-                     'jsonld')
+    return _download(exchange.to_jsonld(bench.decisions.all(undone=True), label),
+                     'application/ld+json', 'jsonld')
 
   @app.post('/api/import')
   async def import_(request: fastapi.Request, name: str = 'import'):

@@ -1,12 +1,17 @@
 """Decisions out and in: CSV, and W3C Web Annotation JSON-LD (an AnnotationCollection, one
 Annotation a decision, as the Princeton Geniza Project exchanges its annotations).
 
-An import merges a colleague's export into the database and overwrites nothing: a decision
-already here (its UUID) is left alone, one on a pair whose standing decision here says
-otherwise is listed as a conflict and not added, the others are added with their origin.
-A file that is not such an export is refused whole, in one line naming the file, the row
-and the field, before anything is added.
+An export holds every decision, the undone and the replaced too, each with its status
+(decisions.history: standing, replaced, dissent, undone), the UUID of the decision that
+replaced it, and who undid it when. An import merges a colleague's export into the database
+and loses nothing: each decision not yet here (by its UUID) is added with its origin, in the
+order the decisions were made, and an undo made there is made here; the pair's newest
+decision not undone stands, as everywhere, and a scholar who disagrees with it keeps their
+dissent on the pair. So importing A's export into B and B's into A leaves both with the same
+standing verdicts. A file that is not such an export is refused whole, in one line naming the
+file, the row and the field, before anything is added.
 """
+import dataclasses
 import csv
 import io
 import json
@@ -16,6 +21,9 @@ from retrieval.collections import decisions as db_lib
 
 CSV_COLUMNS = ('uuid', 'a', 'b', 'verdict', 'note', 'scholar', 'decided_at', 'distance',
                'rank', 'a_size', 'a_mtime_ns', 'b_size', 'b_mtime_ns', 'checkpoint')
+# Written by every export; an export without them (an older one) reads as nothing undone.
+# status and replaced_by are for the reader: an import derives them again.
+HISTORY_COLUMNS = ('status', 'replaced_by', 'undone_at', 'undone_by')
 # W3C Web Annotation has no terms for these; they go under their own prefix.
 CONTEXT = ['http://www.w3.org/ns/anno.jsonld', {'bg': 'urn:bengrapheme:decision#'}]
 LABELS = {'same': 'same hand', 'different': 'different hands', 'unsure': 'unsure'}
@@ -23,17 +31,21 @@ INTEGERS = ('rank', 'a_size', 'a_mtime_ns', 'b_size', 'b_mtime_ns')
 
 
 def to_csv(decisions):
+  """`decisions`: all of them, undone too, in the order made (Decisions.all(undone=True))."""
   out = io.StringIO()
-  writer = csv.DictWriter(out, CSV_COLUMNS, lineterminator='\n')
+  writer = csv.DictWriter(out, CSV_COLUMNS + HISTORY_COLUMNS, lineterminator='\n')
   writer.writeheader()
-  for d in decisions:
-    writer.writerow({c: '' if getattr(d, c) is None else getattr(d, c) for c in CSV_COLUMNS})
+  for d, status, replaced_by in db_lib.history(decisions):
+    row = {c: getattr(d, c) for c in CSV_COLUMNS + ('undone_at', 'undone_by')}
+    row.update(status=status, replaced_by=replaced_by)
+    writer.writerow({c: '' if v is None else v for c, v in row.items()})
   return out.getvalue()
 
 
 def to_jsonld(decisions, label):
+  """`decisions` as to_csv's."""
   items = []
-  for d in decisions:
+  for d, status, replaced_by in db_lib.history(decisions):
     body = [{'type': 'TextualBody', 'purpose': 'classifying', 'value': LABELS[d.verdict]}]
     if d.note:
       body.append({'type': 'TextualBody', 'purpose': 'commenting', 'value': d.note})
@@ -43,7 +55,13 @@ def to_jsonld(decisions, label):
         'body': body,
         'target': [{'source': d.a, 'bg:size': d.a_size, 'bg:mtimeNs': d.a_mtime_ns},
                    {'source': d.b, 'bg:size': d.b_size, 'bg:mtimeNs': d.b_mtime_ns}],
-        'bg:distance': d.distance, 'bg:rank': d.rank, 'bg:checkpoint': d.checkpoint})
+        'bg:distance': d.distance, 'bg:rank': d.rank, 'bg:checkpoint': d.checkpoint,
+        'bg:status': status})
+    if replaced_by:
+      items[-1]['bg:replacedBy'] = f'urn:uuid:{replaced_by}'
+    if d.undone_at:
+      items[-1]['bg:undone'] = {'created': d.undone_at,
+                                'creator': {'type': 'Person', 'name': d.undone_by or ''}}
   return json.dumps({'@context': CONTEXT, 'type': 'AnnotationCollection', 'label': label,
                      'total': len(items), 'first': {'type': 'AnnotationPage', 'items': items}},
                     indent=1, ensure_ascii=False) + '\n'
@@ -56,20 +74,24 @@ def _field(name, where, field, value, kind):
       if value not in db_lib.VERDICTS:
         raise ValueError
       return value
-    if value in ('', None) and field in ('distance', 'rank'):
+    if value in ('', None) and field in ('distance', 'rank', 'undone_at', 'undone_by'):
       return None
+    if kind == 'time':
+      return db_lib.utc(value)
     return kind(value)
   except (TypeError, ValueError):
     expected = {'verdict': 'one of ' + ', '.join(db_lib.VERDICTS), int: 'an integer',
-                float: 'a number', str: 'text'}[kind]
+                float: 'a number', str: 'text',
+                'time': 'an ISO 8601 time with its UTC offset (2026-03-01T12:00:00+00:00)'}[kind]
     raise errors.UserError(f'{name}: {where}: field {field}: {value!r}, expected {expected}')
 
 
 def _decision(name, where, fields):
   kinds = dict.fromkeys(CSV_COLUMNS, str) | dict.fromkeys(INTEGERS, int) | {
-      'distance': float, 'verdict': 'verdict'}
-  values = {c: _field(name, where, c, fields.get(c), kinds[c]) for c in CSV_COLUMNS}
-  for c in ('uuid', 'a', 'b', 'scholar', 'decided_at'):
+      'distance': float, 'verdict': 'verdict', 'decided_at': 'time', 'undone_at': 'time',
+      'undone_by': str}
+  values = {c: _field(name, where, c, fields.get(c), kinds[c]) for c in kinds}
+  for c in ('uuid', 'a', 'b', 'scholar'):
     if not values[c]:
       raise errors.UserError(f'{name}: {where}: field {c}: empty, expected a value')
   if values['a'] == values['b']:
@@ -107,7 +129,9 @@ def from_jsonld(name, text):
                     decided_at=item['created'], distance=item.get('bg:distance'),
                     rank=item.get('bg:rank'), a_size=a['bg:size'], a_mtime_ns=a['bg:mtimeNs'],
                     b_size=b['bg:size'], b_mtime_ns=b['bg:mtimeNs'],
-                    checkpoint=item.get('bg:checkpoint', ''))
+                    checkpoint=item.get('bg:checkpoint', ''),
+                    undone_at=item.get('bg:undone', {}).get('created'),
+                    undone_by=item.get('bg:undone', {}).get('creator', {}).get('name'))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
       raise errors.UserError(f'{name}: {where}: lacks {e}; expected an annotation this '
                              'workbench exports (two targets, a classifying body)')
@@ -125,20 +149,31 @@ def parse(name, data):
 
 
 def merge(decisions_db, incoming, origin):
-  """Adds `incoming` (parsed, all of them checked) to the database; returns dict(added,
-  already, conflicts: [{a, b, here, theirs, scholar}])."""
-  known, standing = decisions_db.uuids(), decisions_db.standing()
-  added, already, conflicts = 0, 0, []
-  for d in incoming:
-    here = standing.get((d.a, d.b))
-    if d.uuid in known:
-      already += 1
-    elif here is not None and here.verdict != d.verdict:
-      conflicts.append(dict(a=d.a, b=d.b, here=here.verdict, here_by=here.scholar,
-                            theirs=d.verdict, theirs_by=d.scholar))
-    else:
-      kept = decisions_db.add(d.__class__(**{**d.__dict__, 'origin': origin, 'id': None}))
-      known.add(kept.uuid)
-      standing[(d.a, d.b)] = kept
+  """Adds `incoming` (parsed, all of them checked) to the database in the order they were
+  made, and makes here the undos made there. Returns dict(added, already, undone, changed:
+  [{a, b, was, now, by}] the pairs whose standing verdict the import changed, dissent:
+  [{a, b, standing, by, dissent: [{verdict, scholar}]}] the imported pairs scholars disagree on).
+  """
+  known, before = decisions_db.uuids(), decisions_db.standing()
+  added, already, undone = 0, 0, 0
+  for d in sorted(incoming, key=lambda d: (d.decided_at, d.uuid)):
+    if d.uuid not in known:
+      decisions_db.add(dataclasses.replace(d, origin=origin, id=None))
       added += 1
-  return dict(added=added, already=already, conflicts=conflicts)
+    elif d.undone_at and not known[d.uuid]:
+      decisions_db.undo(d.uuid, d.undone_by or '', d.undone_at, by_uuid=True)
+      undone += 1
+    else:
+      already += 1
+    known[d.uuid] = known.get(d.uuid) or d.undone_at is not None
+  everything = decisions_db.all(undone=True)
+  after = {(d.a, d.b): d for d in everything if d.undone_at is None}
+  pairs = sorted({(d.a, d.b) for d in incoming})
+  verdict = lambda standing, pair: standing[pair].verdict if pair in standing else None
+  changed = [dict(a=a, b=b, was=verdict(before, (a, b)), now=verdict(after, (a, b)),
+                  by=after[(a, b)].scholar if (a, b) in after else None)
+             for a, b in pairs if verdict(before, (a, b)) != verdict(after, (a, b))]
+  dissent = [dict(a=a, b=b, standing=after[(a, b)].verdict, by=after[(a, b)].scholar,
+                  dissent=[dict(verdict=d.verdict, scholar=d.scholar) for d in ds])
+             for (a, b), ds in sorted(db_lib.dissent(everything).items()) if (a, b) in pairs]
+  return dict(added=added, already=already, undone=undone, changed=changed, dissent=dissent)

@@ -189,10 +189,17 @@ async function importFile(file) {
   const result = await api(`api/import?name=${encodeURIComponent(file.name)}`,
                            {method: 'POST', body: file});
   const lines = [el('p', {}, `${file.name}: ${result.added} added, ${result.already} already ` +
-                              `here, ${result.conflicts.length} in conflict (not added):`)];
-  if (result.conflicts.length) {
-    lines.push(el('ul', {class: 'conflicts'}, ...result.conflicts.map(c => el('li', {},
-      `${c.a} / ${c.b}: here ${c.here} (${c.here_by}), theirs ${c.theirs} (${c.theirs_by})`))));
+                              `here, ${result.undone} undone as there; ${result.changed.length} ` +
+                              `verdicts changed, ${result.dissent.length} pairs with dissent.`)];
+  if (result.changed.length) {
+    lines.push(el('ul', {class: 'changed'}, ...result.changed.map(c => el('li', {},
+      `${c.a} / ${c.b}: ${c.was || 'undecided'} → ${c.now || 'undecided'}` +
+      (c.by ? ` (${c.by})` : '')))));
+  }
+  if (result.dissent.length) {
+    lines.push(el('ul', {class: 'dissent'}, ...result.dissent.map(c => el('li', {},
+      `${c.a} / ${c.b}: ${c.standing} (${c.by}); dissent: ` +
+      c.dissent.map(d => `${d.verdict} (${d.scholar})`).join(', ')))));
   }
   $('#import-result').replaceChildren(...lines);
   say(`Imported ${file.name}.`);
