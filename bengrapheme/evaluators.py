@@ -3,8 +3,8 @@
   config.evals.NAME = dict(type=..., split=NAME, every=0, **settings)
 
   type      the evaluator: a name in the task module's EVALUATORS, or 'package.module:Name'
-            for any other (another task's evaluator where its inputs fit: MaskFeat's k-NN
-            probe in a fragments run). It is called as type(config, split, workdir).
+            for any other (another task's evaluator where its inputs fit). It is called as
+            type(config, split, workdir).
   split     the data split it scores (by default the entry's NAME).
   every     during training, every this many steps and at the last step; 0: never (it
             still runs in launch.evaluate).
@@ -91,12 +91,8 @@ def make(config, task, workdir, names=None, skipped=None):
       if skipped is not None:
         skipped[name] = str(e)
   if names and not found:
-    if config.data.get('format') == 'collection':  # no split of it can have labels
-      off = ' '.join(f'--config.evals.{n}.every=0' for n in names)
-      raise errors.UserError(
-          f"config.evals {', '.join(names)}: data.format='collection' has no labels to "
-          f'score; train without evaluations ({off}), or score on a labelled dataset (--data '
-          'in the HisFrag20 layout)')
+    if protocols.implements(task, protocols.Labels) and task.unscorable(config, names):
+      raise errors.UserError(task.unscorable(config, names))
     raise errors.UserError(f'config.evals {", ".join(names)}: no split has labels to score; '
                            'add one that does (e.g. val)')
   tune = config.eval.tune_split

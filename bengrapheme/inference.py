@@ -31,9 +31,9 @@ class TrainedModel(NamedTuple):
   variables: Any  # (params, model_state) pytree on the mesh
   mesh: jax.sharding.Mesh
   step: int  # the checkpoint's step
-  # (variables, images) -> [B, D] the backbone's output pooled (train.trained_model): what an
-  # evaluator of any task's model reads, as the k-NN probe. model._replace(apply=features)
-  # runs it through outputs_by_row.
+  # (variables, images) -> [B, D] the task's features (protocols.Features; None when it has
+  # none): what a probe of the backbone reads. model._replace(apply=features) runs it
+  # through outputs_by_row.
   features: Callable = None
 
 

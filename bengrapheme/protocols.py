@@ -3,8 +3,7 @@ plugs into, written as typing.Protocols. train.load_task checks a task module,
 train.init_state its model and bengrapheme/evaluators.py each evaluator when they are made,
 naming in one line what is missing.
 
-A task is a module named by `config.task` (bengrapheme/grapheme/task.py, retrieval/fragments/task.py);
-docs/adding-a-task.md walks through adding one.
+A task is a module named by `config.task`; docs/adding-a-task.md walks through adding one.
 """
 from typing import Any, Protocol
 
@@ -52,12 +51,39 @@ class Predictor(Protocol):
 
 
 class DataInit(Protocol):
-  """Optional: parameters that start from the data (NetRVLAD's k-means centres)."""
+  """Optional: parameters that start from the data (k-means centres of a pooling layer)."""
 
   def init_from_data(self, config, workdir, graphdef, state, mesh) -> Any:
     """The train state of a fresh run, changed where the data says (e.g. parameters fitted
     on features of training examples); called once, before the first step, never on a
     resume (the checkpoint carries what it set)."""
+
+
+class Labels(Protocol):
+  """Optional: data whose splits can have no labels at all (a collection's images): the
+  task says so when config.evals has nothing it can score."""
+
+  def unscorable(self, config, names) -> str:
+    """Why none of config.evals `names` can be scored with this config, and what to do
+    (flags that work as written); '' when the data can have labels (the trainer then asks
+    for a labelled split)."""
+
+
+class FineTunes(Protocol):
+  """Optional: a task whose model.init_from may name the workdir of another of the
+  project's runs (a pre-training)."""
+
+  def init_from_advice(self, config) -> str:
+    """How to make the workdir config.model.init_from names (the command that trains it),
+    said when it does not exist."""
+
+
+class Features(Protocol):
+  """Optional: what a probe of the model's features reads (an evaluator that scores the
+  backbone as it is, with no head)."""
+
+  def features(self, model, images) -> Any:
+    """[B, D] float32 features of a batch of preprocessed images, in eval mode."""
 
 
 class CoupledLoss(Protocol):
@@ -77,8 +103,7 @@ class CoupledLoss(Protocol):
 class Model(Protocol):
   """What the trainer, fine-tuning and cross-task evaluators call on a task's model."""
 
-  backbone: Any  # an nnx.Module: model.init_from loads into it; train.trained_model's
-  #                features pool its output (the k-NN probe reads them)
+  backbone: Any  # an nnx.Module: model.init_from loads into it
 
   def __call__(self, inputs, train: bool) -> Any:
     """What `loss` and the task's evaluators read; train=False in evaluation (BatchNorm's

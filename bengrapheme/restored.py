@@ -27,7 +27,7 @@ def trained_model(config, workdir):
                                   f'first (python -m launch.train ... --workdir {workdir})')
   console.say(f'Using the checkpoint of step {step} ({checkpoint.directory(workdir)}/{step}), '
               'the newest complete one.')
-  return task, train.trained_model(graphdef, restored, mesh, step)
+  return task, train.trained_model(graphdef, restored, mesh, step, task)
 
 
 def evaluate(config, workdir, names=None):

@@ -125,7 +125,7 @@ def layer_factors(params, spec):
 
 
 def scale_by_layer(spec):
-  """Layer-wise learning-rate decay (BEiT, Bao et al. 2022; SAGHOG's fine-tune: 0.25):
+  """Layer-wise learning-rate decay (BEiT, Bao et al. 2022; ViT fine-tunes use 0.25-0.9):
   AdamW's update (weight decay included) scaled by layer_factors, so the blocks nearest the
   input, whose pre-trained features are the most general, move least."""
   def update(updates, state, params=None):
@@ -142,8 +142,8 @@ def init_state(config, task, mesh, pretrained=True, abstract=False):
 
   With `pretrained` and config.model.init_from set, the backbone starts from that PyTorch
   state_dict (bengrapheme/models/pytorch_weights.py) or, when it names a folder, from the
-  backbone of that workdir's newest checkpoint (a run of this project: MaskFeat pre-training
-  for a fragment fine-tune), checked against the model before any device work. A restored
+  backbone of that workdir's newest checkpoint (a run of this project, e.g. a pre-training
+  for a fine-tune), checked against the model before any device work. A restored
   checkpoint replaces it, so evaluation passes pretrained=False and needs no weight file."""
   tx, _ = optimizer(config)
   shaped = nnx.eval_shape(lambda: task.make_model(config, nnx.Rngs(0)))
@@ -156,11 +156,11 @@ def init_state(config, task, mesh, pretrained=True, abstract=False):
     if os.path.isdir(source) or (files.is_bucket(source) and not os.path.splitext(source)[1]):
       loaded = checkpoint.backbone_state(source, shaped.backbone)
     elif not os.path.splitext(source)[1] and not os.path.exists(source):
+      how = (f' ({task.init_from_advice(config)})'
+             if protocols.implements(task, protocols.FineTunes) else '')
       raise pytorch_weights.MissingWeights(
-          f'model.init_from={source!r}: no such workdir. It names the run to start from (for '
-          "SAGHOG's fine-tune, MaskFeat's pre-training: python -m launch.train --config "
-          f'configs/maskfeat.py:demo --data DATA --workdir {source}; `make demo-saghog` runs '
-          "both), or a weight file; '' trains from scratch")
+          f'model.init_from={source!r}: no such workdir. It names the workdir of the run to '
+          f"start from{how}, or a weight file; '' trains from scratch")
     else:
       loaded = pytorch_weights.backbone_state(shaped.backbone, source)
 
@@ -489,7 +489,7 @@ def _train(config, workdir, task, cleanup):
 
     due = evaluators.due(config, list(in_training), step)
     if due:
-      model = trained_model(graphdef, state, mesh, step)
+      model = trained_model(graphdef, state, mesh, step, task)
 
       def log(name, evaluator, scores, details):
         del details
@@ -513,15 +513,15 @@ def save_config(config, workdir):
     files.write_atomic(files.join(workdir, 'config.json'), config.to_json_best_effort(indent=2))
 
 
-def trained_model(graphdef, state, mesh, step):
+def trained_model(graphdef, state, mesh, step, task=None):
   """The inference.TrainedModel of a train state: the model in eval mode as pure functions
-  of its variables (what evaluators jit), with the evaluation variables."""
+  of its variables (what evaluators jit), with the evaluation variables; its features are
+  the task's (protocols.Features), when it says what they are."""
   def apply(variables, images):
     return nnx.merge(graphdef, *variables)(images, train=False)
 
-  def features(variables, images):
-    # protocols.Model: every model has a backbone; its output pooled over all but the batch
-    # and channel axes (a feature map's positions, a ViT's tokens).
-    out = nnx.merge(graphdef, *variables).backbone(images, train=False)
-    return out.reshape(out.shape[0], -1, out.shape[-1]).astype(jnp.float32).mean(1)
+  features = None
+  if task is not None and protocols.implements(task, protocols.Features):
+    def features(variables, images):
+      return task.features(nnx.merge(graphdef, *variables), images)
   return inference.TrainedModel(apply, eval_variables(state), mesh, step, features)

@@ -1,17 +1,27 @@
 """A k-NN probe: how well a model's backbone already retrieves writers, with no head and no
 post-processing. Any run on fragment data can name it (config.evals.NAME.type =
 'knn_probe' in the fragment and MaskFeat tasks): it reads only what every model has
-(protocols.Model's backbone, pooled by train.trained_model's `features`).
+(protocols.Model's backbone, pooled by `features`, the fragment and MaskFeat tasks'
+protocols.Features).
 
 Each patch's pooled backbone features, summed over the fragment's patches, power-normalised
 (eval.power) and L2 (retrieval/features/aggregate.py), each fragment a query against all others
 (retrieval/fragments/metrics.py). 'score' is the writer mAP.
 """
-from bengrapheme import inference, report
+import jax.numpy as jnp
+
+from bengrapheme import errors, inference, report
 from retrieval.features import aggregate
 from retrieval.fragments import data, metrics
 from retrieval.fragments.evaluate import labelings
 from retrieval.fragments.model import preprocess
+
+
+def features(model, images):
+  """The backbone's output pooled over all but the batch and channel axes (a feature map's
+  positions, a ViT's tokens)."""
+  out = model.backbone(images, train=False)
+  return out.reshape(out.shape[0], -1, out.shape[-1]).astype(jnp.float32).mean(1)
 
 
 def probe_scores(features, src, power):
@@ -30,12 +40,15 @@ class KnnProbe:
   def run(self, model, chosen=None, tune=False):
     del chosen, tune  # nothing to choose
     config, src = self.config, self.source
-    features = inference.outputs_by_row(
+    if model.features is None:
+      raise errors.UserError(f'evals.{self.split}: the k-NN probe reads the features of the '
+                             f'task {config.task!r}, which provides none (protocols.Features)')
+    pooled = inference.outputs_by_row(
         model._replace(apply=model.features),
         lambda forward, batch: {'features': forward(preprocess(batch['image'], config))},
         src, batch_size=config.eval.batch_size,
         what=f'backbone features of {len(src):,} {self.split} patches')['features']
-    probe = probe_scores(features, src, config.eval.power)
+    probe = probe_scores(pooled, src, config.eval.power)
     return dict(probe, score=probe['writer']['map']), None
 
   def headline(self, scores):

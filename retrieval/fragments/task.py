@@ -7,9 +7,26 @@ submission format, so there is no predictor.
 """
 from retrieval.fragments.data import check_data, random_batch, train_data  # noqa: F401
 from retrieval.fragments.evaluate import Evaluator  # noqa: F401
-from retrieval.fragments.probe import KnnProbe  # noqa: F401
+from retrieval.fragments.probe import KnnProbe, features  # noqa: F401
 from retrieval.fragments.losses import batch_loss, embed, loss  # noqa: F401
 from retrieval.fragments.model import init_from_data, make_model  # noqa: F401
 from retrieval.fragments.validate import validate  # noqa: F401
 
 EVALUATORS = {'fragments': Evaluator, 'knn_probe': KnnProbe}  # config.evals.NAME.type
+
+
+def unscorable(config, names):
+  """protocols.Labels: a collection has no writers, so no split of it can be scored."""
+  if config.data.format != 'collection':
+    return ''
+  off = ' '.join(f'--config.evals.{n}.every=0' for n in names)
+  return (f"config.evals {', '.join(names)}: data.format='collection' has no labels to "
+          f'score; train without evaluations ({off}), or score on a labelled dataset (--data '
+          'in the HisFrag20 layout)')
+
+
+def init_from_advice(config):
+  """protocols.FineTunes: the ViT recipe starts from MaskFeat's pre-training."""
+  return ("for the ViT recipe, MaskFeat's pre-training: python -m launch.train --config "
+          f'configs/maskfeat.py:demo --data DATA --workdir {config.model.init_from}; '
+          '`make demo-saghog` runs both')

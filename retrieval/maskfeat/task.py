@@ -5,6 +5,8 @@ seams only: data (random batches of the fragment patch cache, no labels), model 
 mask token + HOG head), losses (masked HOG error), evaluate (held-out error and a k-NN
 writer probe). A fragment run starts from its trunk with model.init_from=WORKDIR.
 """
+from retrieval.fragments.probe import features  # noqa: F401
+from retrieval.fragments.task import unscorable  # noqa: F401
 from retrieval.maskfeat.data import check_data, random_batch, train_data  # noqa: F401
 from retrieval.maskfeat.evaluate import Evaluator  # noqa: F401
 from retrieval.maskfeat.losses import loss  # noqa: F401
