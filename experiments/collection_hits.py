@@ -83,8 +83,9 @@ def main():
   parser.add_argument('--command', action='append', required=True, dest='commands')
   parser.add_argument('--note', default='')
   args = parser.parse_args()
+  commit = records.commit_of()
   scores = measure(load_config(args.config), args.workdir, args.collection)
-  print(records.add(args.name, args.workdir, args.commands, '', args.note, scores=scores))
+  print(records.add(args.name, args.workdir, args.commands, commit, args.note, scores=scores))
 
 
 if __name__ == '__main__':

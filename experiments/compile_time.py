@@ -75,6 +75,7 @@ def main():
   if args.variant:  # a worker: one variant in a fresh process
     print(json.dumps(measure(args.variant, args.cache)))
     return
+  commit = records.commit_of() if args.record else ''
 
   def worker(variant, cache=''):
     out = subprocess.run([sys.executable, '-m', 'experiments.compile_time', '--variant', variant,
@@ -93,7 +94,7 @@ def main():
     print(variant, scores[variant], flush=True)
   if args.record:
     command = 'python -m experiments.compile_time --record ' + args.record
-    print(records.add(args.record, None, [command], '', 'one process a variant, no '
+    print(records.add(args.record, None, [command], commit, 'one process a variant, no '
                       'compilation cache but in `cached`; 2 cores shared with no other job '
                       '(the fragment training beside it paused)', scores=scores))
 

@@ -96,6 +96,7 @@ def main():
   parser.add_argument('--command', action='append', required=True, dest='commands')
   parser.add_argument('--note', default='')
   args = parser.parse_args()
+  commit = records.commit_of()
   before, after = os.path.join(args.out, 'before'), os.path.join(args.out, 'after')
   cache = os.path.join(args.out, 'cache')
   db_path = os.path.join(args.out, 'decisions.sqlite')
@@ -112,7 +113,7 @@ def main():
   assert (writers_after == writers).all()
   result['after'] = scores(searcher, writers, rows)
   print(f'after: {result["after"]}', flush=True)
-  print(records.add(args.name, args.out, args.commands, '', args.note, scores=result))
+  print(records.add(args.name, args.out, args.commands, commit, args.note, scores=result))
 
 
 if __name__ == '__main__':

@@ -120,6 +120,7 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--record', default='')
   args = parser.parse_args()
+  commit = records.commit_of() if args.record else ''
   scores = {}
   for name, folder, seed, draw in DRAWS:
     for key, value in ceiling(folder, seed, draw).items():
@@ -128,7 +129,7 @@ def main():
                  if k.startswith(name) and k.endswith('/map')}, flush=True)
   if args.record:
     command = 'python -m experiments.family_ceiling --record ' + args.record
-    print(records.add(args.record, None, [command], '', 'no training: the generator\'s own '
+    print(records.add(args.record, None, [command], commit, 'no training: the generator\'s own '
                       'draws, re-seeded (habits in order: slant, tracking, word gap, line gap, '
                       'wobble, the pen (synth_val: nib angle, nib width; synth: stroke), the '
                       'size as scanned)', scores=scores))

@@ -121,6 +121,7 @@ def score(config, workdir):
 
 def main(argv):
   del argv
+  commit = records.commit_of() if NAME.value else ''
   missing = [command for _, test_dir, command in SETS if not os.path.isdir(_path(test_dir))]
   if missing:
     raise SystemExit(f'missing data; write it first: {missing[0]}')
@@ -140,7 +141,7 @@ def main(argv):
   note = (f'{trained} valfam chose the post-processing; test and third applied it unchanged. '
           f'{NOTE.value}').strip()
   if NAME.value:
-    print(records.add(NAME.value, workdir, [c for _, _, c in SETS] + [command], '', note,
+    print(records.add(NAME.value, workdir, [c for _, _, c in SETS] + [command], commit, note,
                       scores=results))
 
 

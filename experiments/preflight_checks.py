@@ -80,12 +80,13 @@ def main():
   parser.add_argument('--record', default='', help='keep the figures as experiments/records/NAME.json')
   parser.add_argument('--seconds', type=float, default=20.0, help='the feed check\'s time a part')
   args = parser.parse_args()
+  commit = records.commit_of() if args.record else ''
   scores = {f'{case}/{k}': v for case, case_args in CASES.items()
             for k, v in dry_run(case_args).items()}
   scores.update({f'demo_feed/{k}': v for k, v in feed_check(args.seconds).items()})
   if args.record:
     command = f'python -m experiments.preflight_checks --record {args.record}'
-    print(records.add(args.record, None, [command], '',
+    print(records.add(args.record, None, [command], commit,
                       '2 CPU cores shared with other work: compile times vary with the load',
                       scores=scores))
 

@@ -1,17 +1,20 @@
-"""The records behind the accuracy tables of README.md and docs/: one small JSON file a run.
+"""The records behind the accuracy tables of README.md, docs/ and experiments/results.md: one
+small JSON file a run.
 
   # after `launch.evaluate` of a run, keep its scores (the commands as they were typed):
   python -m experiments.records add --name grapheme-demo --workdir W --command '...' --command '...'
-  # redraw the tables in README.md and docs/*.md from the records:
+  # redraw the tables in README.md, docs/*.md and experiments/*.md from the records:
   python -m experiments.records readme
 
-A record (experiments/records/NAME.json) holds the commands that produced the run, the commit they
-ran at, the date, the machine, a note, and every score of W/eval/metrics.json (flattened,
-'split/a/b' keys). The tables are drawn from records only (TABLES below), between
-`<!-- records:TABLE:begin -->` and `<!-- records:TABLE:end -->` in whichever pages hold
-those markers (README.md, docs/*.md; a table may stand in more than one page, and must stand
-in at least one); each table's links to its records are relative to its page.
-tests/core/test_records.py checks that every page holds exactly what the records say.
+A record (experiments/records/NAME.json) holds the commands that produced the run, the commit
+whose tree holds the code they ran (HEAD by default, which `add` takes only from a checkout
+with no uncommitted code; `commits`, one a command, where they ran at several), the date, the
+machine, a note, and every score of W/eval/metrics.json (flattened, 'split/a/b' keys). The
+tables are drawn from records only (TABLES below), between `<!-- records:TABLE:begin -->` and
+`<!-- records:TABLE:end -->` in whichever pages hold those markers (a table may stand in more
+than one page, and must stand in at least one); each table's links to its records are
+relative to its page. tests/core/test_records.py checks that every page holds exactly what
+the records say, and that each command's module is in its commit's tree.
 """
 import argparse
 import datetime
@@ -214,9 +217,6 @@ DECISION_COLUMNS = (('top 10 hold the same writer', 'hit10'),
 # experiments/compile_time.py: EfficientNet-B0's train step compiled with a part taken away.
 COMPILE_TIME = (('trace + lower s', 'lower_s'), ("XLA's compile s", 'compile_s'),
                 ('in all s', 'total_s'), ('CPU s', 'cpu_s'), ('fusions', 'fusions'))
-# bench/train_step.py --quick at XLA's backend optimisation levels (XLA_FLAGS).
-OPT_LEVEL = (('JAX images/s', 'jax_images_s'), ('PyTorch images/s', 'torch_images_s'),
-             ('compile s', 'compile_s'))
 # experiments/setup_sizes.py: what the two setups install, in MB.
 SETUP_SIZES = (('demo venv, fresh', 'demo_venv_mb'), ('test venv', 'test_venv_mb'),
                ('of which torch', 'torch_mb'), ('NVIDIA libraries', 'nvidia_mb'),
@@ -233,10 +233,6 @@ TABLES = {
         ('both at once: the network alone', 'compile-time', 'bare/'),
         ("the trainer's step again, read back from the compilation cache a first process "
          'filled (`--compile_cache`)', 'compile-time', 'cached/'))),
-    'compile-optlevel': (OPT_LEVEL, tuple(
-        (label, 'compile-optlevel', key) for label, key in (
-            ("XLA's default", 'default/'), ('`--xla_backend_optimization_level=1`', 'level_1/'),
-            ('`--xla_backend_optimization_level=0`', 'level_0/')))),
     'setup-sizes': (SETUP_SIZES, (('this machine, MB', 'setup-sizes', ''),)),
     'dry-run-costs': (DRY_RUN, (
         ('`configs/grapheme.py:kaggle`, its batch of 256, 1 CPU device', 'preflight-checks',
@@ -472,18 +468,58 @@ def write_pages(candidates=None):
       files.write_atomic(page, new)
 
 
-def add(name, workdir, commands, commit, note, scores=None):
-  """Keeps the run's scores (W/eval/metrics.json, or `scores` measured by a bench script)."""
+def _git(*args):
+  return subprocess.run(['git', *args], cwd=common.ROOT, capture_output=True, text=True)
+
+
+def _changed_code():
+  """The checkout's paths that differ from HEAD (untracked ones too), but the pages and the
+  records, which hold no code that makes a run."""
+  paths = [line[3:].split(' -> ')[-1].strip('"')
+           for line in _git('status', '--porcelain').stdout.splitlines()]
+  return [p for p in paths if not p.endswith('.md') and not p.startswith('experiments/records/')]
+
+
+def commit_of(commit=''):
+  """The full hash of `commit`; by default HEAD's, and only when the checkout holds no change
+  to code, so that a record names the commit whose tree holds the code that made it. A
+  study calls it before its run; what it cannot give is a one-line exit naming the fix."""
+  if commit:
+    out = _git('rev-parse', '--verify', '--quiet', f'{commit}^{{commit}}')
+    if out.returncode:
+      raise SystemExit(f'commit {commit!r}: no such commit in this repository; give the one '
+                       'the commands ran at')
+    return out.stdout.strip()
+  changed = _changed_code()
+  if changed:
+    shown = ', '.join(changed[:4]) + (f' and {len(changed) - 4} more' if len(changed) > 4 else '')
+    raise SystemExit(f'the checkout has changes git has not committed ({shown}): commit them, '
+                     'or run in a clean `git worktree add DIR HEAD`, then make the record again, '
+                     "so that its commit holds the code that made it")
+  return _git('rev-parse', 'HEAD').stdout.strip()
+
+
+def add(name, workdir, commands, commit, note, scores=None, commits=None):
+  """Keeps the run's scores (W/eval/metrics.json, or `scores` measured by a study). `commit`
+  (default: HEAD, in a clean checkout) is the one the commands ran at; where they ran at
+  different ones, `commits` names each command's, in order, and the record's is the last."""
+  if commits:
+    if len(commits) != len(commands):
+      raise SystemExit(f'{len(commits)} commits for {len(commands)} commands: give one commit, '
+                       'or one a command, in order')
+    commits = [commit_of(c) for c in commits]
+    commit = commits[-1]
+  else:
+    commit = commit_of(commit)
   if scores is None:
     with open(os.path.join(workdir, 'eval', 'metrics.json')) as f:
       scores = json.load(f)
   scores = inference.flatten(scores)
-  if not commit:
-    commit = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=common.ROOT, check=True,
-                            capture_output=True, text=True).stdout.strip()
   record = dict(name=name, commands=commands, commit=commit,
                 date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
                 machine=run.machine(), note=note, scores=scores)
+  if commits and len(set(commits)) > 1:
+    record['commits'] = commits
   os.makedirs(RECORDS, exist_ok=True)
   files.write_atomic(path_of(name), json.dumps(record, indent=1, sort_keys=True) + '\n')
   return path_of(name)
@@ -497,13 +533,17 @@ def main():
   a.add_argument('--workdir', required=True, help='the run, evaluated (W/eval/metrics.json)')
   a.add_argument('--command', action='append', required=True, dest='commands',
                  help='a command of the run, as typed (repeat, in order)')
-  a.add_argument('--commit', default='', help='the commit the commands ran at (default: HEAD)')
+  a.add_argument('--commit', action='append', default=[], dest='commits',
+                 help='the commit the commands ran at (default: HEAD, which needs a checkout '
+                 'with no uncommitted change to code); repeat, one a command in order, where '
+                 'they ran at different commits')
   a.add_argument('--note', default='', help='what else a reader needs: load, interruptions')
   commands.add_parser('readme', help='redraw the tables in README.md and docs/*.md from the '
                       'records')
   args = parser.parse_args()
   if args.what == 'add':
-    print(add(args.name, args.workdir, args.commands, args.commit, args.note))
+    commit, commits = (args.commits[0], None) if len(args.commits) == 1 else ('', args.commits)
+    print(add(args.name, args.workdir, args.commands, commit, args.note, commits=commits))
   else:
     write_pages()
 

@@ -84,6 +84,7 @@ def main():
   parser.add_argument('--before', required=True, help='the commit whose training to match')
   parser.add_argument('--record', default='', help='keep the result as experiments/records/NAME.json')
   args = parser.parse_args()
+  commit = records.commit_of() if args.record else ''
   scores = {}
   with tempfile.TemporaryDirectory() as scratch:
     before_tree = os.path.join(scratch, 'before')
@@ -106,7 +107,7 @@ def main():
                      check=True)
   if args.record:
     command = f'python -m experiments.same_training --before {args.before} --record {args.record}'
-    print(records.add(args.record, None, [command], '',
+    print(records.add(args.record, None, [command], commit,
                       f'{STEPS} steps of each recipe, EMA on, 1 CPU device; the states '
                       f'trained at {args.before} and at this commit compared byte for byte',
                       scores=scores))

@@ -43,6 +43,7 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--record', default='', help='keep the sizes as experiments/records/NAME.json')
   args = parser.parse_args()
+  commit = records.commit_of() if args.record else ''
   venv = os.path.join(common.ROOT, '.venv')
   site = glob.glob(os.path.join(venv, 'lib', 'python*', 'site-packages'))[0]
   sizes = dict(demo_venv_mb=fresh_venv_megabytes(), test_venv_mb=megabytes(venv),
@@ -55,7 +56,7 @@ def main():
     print(f'{name}: {value:,} MB')
   if args.record:
     command = 'python -m experiments.setup_sizes --record ' + args.record
-    print(records.add(args.record, None, [command], '',
+    print(records.add(args.record, None, [command], commit,
                       'du -sb of each; the demo venv built fresh from requirements.txt',
                       scores=sizes))
 

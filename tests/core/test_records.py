@@ -4,6 +4,7 @@ commit it was measured."""
 import json
 import os
 import re
+import subprocess
 
 import pytest
 
@@ -78,10 +79,78 @@ def test_every_record_says_how_it_was_made():
     record = records.load(name)
     assert record['name'] == name
     assert re.fullmatch(r'[0-9a-f]{40}', record['commit']), record['commit']
+    assert len(record.get('commits', record['commands'])) == len(record['commands']), name
     assert record['commands'] and all(c.startswith('python -m ') for c in record['commands'])
     assert record['date'][:4] == '2026' and record['machine']['cpu_count'] >= 1
     assert record['scores'] and all(isinstance(v, (int, float, str))
                                     for v in record['scores'].values())
+
+
+def _git(*args, cwd=common.ROOT):
+  return subprocess.run(['git', *args], cwd=cwd, capture_output=True, text=True)
+
+
+def test_every_record_command_names_a_module_its_commit_holds():
+  """A record's commit holds the code that made it: each `python -m MODULE` it names is a
+  file in that commit's tree (modules moved since existed there under their old names)."""
+  missing = []
+  for path in sorted(os.listdir(records.RECORDS)):
+    record = records.load(path[:-len('.json')])
+    commits = record.get('commits', [record['commit']] * len(record['commands']))
+    for command, commit in zip(record['commands'], commits):
+      module = command.split()[2].replace('.', '/')
+      if not any(_git('cat-file', '-e', f'{commit}:{module}{end}').returncode == 0
+                 for end in ('.py', '/__main__.py')):
+        missing.append(f'{record["name"]}: {module} at {commit[:7]}')
+  assert not missing, missing
+
+
+@pytest.fixture
+def checkout(tmp_path, monkeypatch):
+  """A git repository with one commit, standing in for the project's checkout."""
+  for args in (('init', '-q'), ('config', 'user.email', 'a@b'), ('config', 'user.name', 'a')):
+    _git(*args, cwd=tmp_path)
+  (tmp_path / 'code.py').write_text('x = 1\n')
+  _git('add', 'code.py', cwd=tmp_path)
+  _git('commit', '-q', '-m', 'code', cwd=tmp_path)
+  monkeypatch.setattr(common, 'ROOT', str(tmp_path))
+  return tmp_path
+
+
+def test_a_record_is_refused_while_code_is_uncommitted(checkout, monkeypatch, tmp_path):
+  head = _git('rev-parse', 'HEAD', cwd=checkout).stdout.strip()
+  (checkout / 'README.md').write_text('pages hold no code\n')
+  assert records.commit_of() == head
+  (checkout / 'code.py').write_text('x = 2\n')
+  with pytest.raises(SystemExit, match=r'changes git has not committed \(code.py\): commit '):
+    records.commit_of()
+  (checkout / 'code.py').write_text('x = 1\n')
+  (checkout / 'study.py').write_text('')  # untracked code ran too
+  with pytest.raises(SystemExit, match=r'\(study.py\)'):
+    records.commit_of()
+  assert records.commit_of(head[:7]) == head  # where the commands ran is given: no check
+  with pytest.raises(SystemExit, match="commit 'f00': no such commit"):
+    records.commit_of('f00')
+  monkeypatch.setattr(records, 'RECORDS', str(tmp_path / 'records'))
+  with pytest.raises(SystemExit, match='not committed'):
+    records.add('dirty', None, ['python -m study'], '', '', scores={'a': 1})
+  assert not (tmp_path / 'records').exists()
+
+
+def test_a_record_of_commands_at_several_commits_names_each(checkout, monkeypatch, tmp_path):
+  first = _git('rev-parse', 'HEAD', cwd=checkout).stdout.strip()
+  (checkout / 'code.py').write_text('x = 2\n')
+  _git('commit', '-q', '-am', 'more', cwd=checkout)
+  second = _git('rev-parse', 'HEAD', cwd=checkout).stdout.strip()
+  monkeypatch.setattr(records, 'RECORDS', str(tmp_path / 'records'))
+  monkeypatch.setattr(records.run, 'machine', lambda: {'cpu_count': 2})
+  path = records.add('two', None, ['python -m a', 'python -m b'], '', '', scores={'s': 1.0},
+                     commits=[first[:7], second])
+  with open(path) as f:
+    record = json.load(f)
+  assert record['commits'] == [first, second] and record['commit'] == second
+  with pytest.raises(SystemExit, match='1 commits for 2 commands'):
+    records.add('two', None, ['python -m a', 'python -m b'], '', '', scores={}, commits=[first])
 
 
 def test_a_table_cell_without_a_score_is_an_error(monkeypatch):
