@@ -244,8 +244,8 @@ TABLES = {
     'feed-check': (FEED_CHECK, (
         ('`configs/grapheme.py:demo`, 2,000 synthetic images, 1 CPU device', 'preflight-checks',
          'demo_feed/'),)),
-    'same-training-issue37': (SAME_TRAINING, tuple(
-        (f'`{recipe}`', 'same-training-issue37', f'{key}/') for recipe, key in (
+    'same-training-task-protocol': (SAME_TRAINING, tuple(
+        (f'`{recipe}`', 'same-training-task-protocol', f'{key}/') for recipe, key in (
             ('configs/grapheme.py:test', 'grapheme'),
             ('configs/fragments.py:test', 'fragments'),
             ('configs/fragments.py:recipe=saghog,size=test', 'saghog')))),

@@ -7,7 +7,7 @@ registries and promised that the recipes train exactly as before; this is that c
 a record. The variants' names changed with the configs (`saghog_test` became
 `recipe=saghog,size=test`), so each recipe names its variant in both trees.
 
-  python -m experiments.same_training --before 9efd4a7 --record same-training-issue37
+  python -m experiments.same_training --before 9efd4a7 --record same-training-task-protocol
 """
 import argparse
 import os
