@@ -23,21 +23,43 @@ def pytest_configure(config):
     os.environ['JAX_COMPILATION_CACHE_DIR'] = folder
     os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0.5')
     config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
-# Under CI=true (.ci/run sets it) a skipped test fails, naming why it skipped: a missing
-# browser or root must not let CI pass on fewer tests. The only exceptions are listed here,
-# by node id, each with the reason it may not run in CI.
+# Under CI=true (.ci/run sets it) a test that does not run to its end fails, naming why: a
+# skip (a missing browser or root), a skip at collection (a module-level importorskip) or an
+# xfail must not let CI pass on fewer tests. The only exceptions are listed here, by node id
+# (a module's path for a skip at collection), each with the reason it may not run in CI.
 ALLOWED_SKIPS_IN_CI = {}
+CI_ADVICE = ('CI runs every test; install what it needs, fix it, or list it in '
+             'tests/conftest.py ALLOWED_SKIPS_IN_CI with the reason')
+
+
+def _fails_in_ci(report, nodeid):
+  return (report.skipped and os.environ.get('CI') == 'true' and
+          nodeid not in ALLOWED_SKIPS_IN_CI)
+
+
+def _reason(report):
+  return report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
   report = (yield).get_result()
-  if (report.skipped and os.environ.get('CI') == 'true' and
-      item.nodeid not in ALLOWED_SKIPS_IN_CI and not hasattr(report, 'wasxfail')):
-    reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr
+  if _fails_in_ci(report, item.nodeid):
+    what = (f'xfailed under CI=true ({report.wasxfail or "xfail"})'
+            if hasattr(report, 'wasxfail') else f'skipped under CI=true ({_reason(report)})')
+    if hasattr(report, 'wasxfail'):
+      del report.wasxfail  # pytest counts a failure that was an xfail as no failure
     report.outcome = 'failed'
-    report.longrepr = (f'skipped under CI=true ({reason}): CI runs every test; install what '
-                       'it needs, or list it in tests/conftest.py ALLOWED_SKIPS_IN_CI')
+    report.longrepr = f'{what}: {CI_ADVICE}'
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+  report = (yield).get_result()
+  if _fails_in_ci(report, collector.nodeid):
+    report.outcome = 'failed'
+    report.longrepr = (f'{collector.nodeid} skipped at collection under CI=true '
+                       f'({_reason(report)}): {CI_ADVICE}')
 
 
 CHROMIUM = shutil.which('chromium')
