@@ -6,6 +6,8 @@
             for any other (another task's evaluator where its inputs fit). It is called as
             type(config, split, workdir).
   split     the data split it scores (by default the entry's NAME).
+  data      another dataset folder whose split it scores (by default config.data.dir): a
+            validation family kept apart from the run's own data, say.
   every     during training, every this many steps and at the last step; 0: never (it
             still runs in launch.evaluate).
   settings  any other key: a value of config.eval for this evaluator alone (its batch size,
@@ -21,7 +23,7 @@ import importlib
 
 from bengrapheme import console, errors, inference, protocols
 
-ENTRY_KEYS = ('type', 'split', 'every')
+ENTRY_KEYS = ('type', 'split', 'every', 'data')
 
 
 def factory(config, task, name):
@@ -72,6 +74,8 @@ def own_config(config, name):
   """config with config.eval updated by the entry's settings: what its evaluator reads."""
   own = config.copy_and_resolve_references()
   own.eval.update({k: v for k, v in config.evals[name].items() if k not in ENTRY_KEYS})
+  if config.evals[name].get('data'):
+    own.data.dir = config.evals[name].data
   return own
 
 

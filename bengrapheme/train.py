@@ -370,12 +370,13 @@ def interval_means(interval):
 STEPS_IN_FLIGHT = 2  # train steps dispatched ahead of the one the host waits for
 
 
-def train(config, workdir):
+def train(config, workdir, on_eval=None):
   """Trains `config` in `workdir`, resuming from its newest checkpoint; returns the state.
 
   Stops early, having saved the current step, on SIGTERM (returns) or Ctrl-C (raises
   errors.Interrupted); whatever ends it, the workdir lock, signal handlers and checkpoint
-  manager are released."""
+  manager are released. on_eval(step, name, scores), when given, is called after each
+  evaluation during training; what it raises stops training there (a sweep's pruner)."""
   task = load_task(config)
   # Before the workdir is touched: missing data is reported without creating anything.
   task.check_data(config)
@@ -388,10 +389,10 @@ def train(config, workdir):
 
   with errors.on_ctrl_c(stopped_at_once), contextlib.ExitStack() as cleanup:
     cleanup.callback(workdir_lock.release, workdir)
-    return _train(config, workdir, task, cleanup)
+    return _train(config, workdir, task, cleanup, on_eval)
 
 
-def _train(config, workdir, task, cleanup):
+def _train(config, workdir, task, cleanup, on_eval):
   mesh = parallel.make_mesh(config.mesh)
 
   # Input: each process reads its own slice of every shuffled epoch.
@@ -495,6 +496,8 @@ def _train(config, workdir, task, cleanup):
         del details
         logger.write(step, inference.flatten({name: scores}))
         console.say(f'step {step:,} {name}: {evaluator.headline(scores)}')
+        if on_eval:
+          on_eval(step, name, scores)
       with progress.paused():
         console.say(f'Evaluating {", ".join(due)} at step {step:,}...')
         evaluators.run(config, {n: in_training[n] for n in due}, model, log)

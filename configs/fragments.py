@@ -190,3 +190,36 @@ def get_config(arg='demo'):
 
   c.lock()
   return c
+
+
+def get_sweeps(arg='demo'):
+  """The sweeps of each variant (bengrapheme/sweep.py; docs/sweeps.md). The demo's recipe is
+  chosen on the validation family, scored as the test split of a folder whose train/ is the
+  demo's (SRS-LBP's PCA is fitted there):
+
+    mkdir -p data/fragment-family/valfam
+    ln -s ../../fragments-valfam/test data/fragment-family/valfam/test
+    ln -s ../../fragments-synth/train data/fragment-family/valfam/train
+    python -m launch.sweep --config configs/fragments.py:demo --sweep recipe \
+        --data data/fragments-synth --workdir workdirs/sweeps/fragments-recipe
+  """
+  a = defaults.arguments(arg, 'configs/fragments.py', size=SIZES, recipe=RECIPES, data=DATA)
+  if (a.size, a.recipe, a.data) == ('demo', 'resnet', 'folder'):
+    # 'score': the writer mAP of val's post-processing applied to the family unchanged.
+    # P x K at batch 256: 8 x 32, 16 x 16 or 32 x 8.
+    return {'recipe': dict(
+        space={'train.lr': dict(low=2e-3, high=1.6e-2, log=True),
+               'train.warmup_steps': [25, 50, 100, 150],
+               'train.steps': [400, 600, 900],
+               'train.writers_per_batch': [8, 16, 32],
+               'input.patch_size': [32, 48],
+               'input.max_patches': [32, 48, 96],
+               'input.scales,input.eval_scales': [(1.0,), (0.85, 1.0, 1.2), (0.7, 1.0, 1.4)]},
+        choose='valfam', metric='score', every=300, trials=12, sampler='tpe',
+        pruner='median',
+        evals={'valfam': dict(type='fragments', split='test',
+                              data='data/fragment-family/valfam', export_distances=False)})}
+  if a.size == 'test':
+    return {'smoke': dict(space={'train.lr': [1e-3, 4e-3]}, choose='val', every=3, trials=2,
+                          sampler='grid', pruner='median', startup_trials=1)}
+  return {}
