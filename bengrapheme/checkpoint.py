@@ -209,19 +209,30 @@ def digests(state):
 
 def _check_digests(mngr, step, path, state):
   """ChecksumMismatch naming the first array of `state` whose bytes differ from the saved
-  ones, where the shards lie as they did when saved (another layout is not checked)."""
+  ones. Only arrays whose shards lie as they did when saved can be checked (each CRC32 covers
+  this process's shards in their order); the others are named in one line, not passed over."""
   if not (path / 'digests').exists():
     return  # saved before checkpoints held checksums
   saved = mngr.restore(step, args=ocp.args.Composite(digests=ocp.args.JsonRestore()))['digests']
   paths, (values, layouts) = _own_crcs(state)
   process = jax.process_index()
   if saved['arrays'] != paths or len(saved['values']) != jax.process_count():
+    print(f'Checkpoint {path}: saved by {len(saved["values"])} process(es) with '
+          f'{len(saved["arrays"])} arrays, restored by {jax.process_count()} with {len(paths)}, '
+          'so the CRC32s of its arrays could not be checked.', flush=True)
     return
+  other_layout = []
   for name, value, layout, saved_value, saved_layout in zip(
       paths, values, layouts, saved['values'][process], saved['layouts'][process]):
-    if layout == saved_layout and value != saved_value:
+    if layout != saved_layout:
+      other_layout.append(name)
+    elif value != saved_value:
       raise ChecksumMismatch(f'{path}: array {name} restores with other bytes than were saved '
                              f'(CRC32 {int(value):08x}, saved {int(saved_value):08x})')
+  if other_layout:
+    print(f'Checkpoint {path}: {len(other_layout)} of {len(paths)} arrays restore onto another '
+          f'sharding layout than they were saved with (e.g. {other_layout[0]}), so their CRC32s '
+          'could not be checked; the others were.', flush=True)
 
 
 def _saved_tree(mngr, step, path):

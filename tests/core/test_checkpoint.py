@@ -1,8 +1,9 @@
 """Checkpoints hold the train state and the input position together."""
 import os
 import re
-import shutil
 import signal
+import subprocess
+import sys
 import time
 
 import jax
@@ -11,6 +12,8 @@ import numpy as np
 import pytest
 
 from bengrapheme import checkpoint, input as input_lib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class ArraySource:
@@ -86,9 +89,11 @@ def test_eval_batches_cover_each_example_once_with_equal_batch_counts():
 
 def _saved(tmp_path, steps=(2, 4, 6)):
   # 'big' is large enough for TensorStore to store it in a data file of its own, which only
-  # restoring reads (small arrays sit inside the b-tree that the metadata is read from).
+  # restoring reads (small arrays sit inside the b-tree that the metadata is read from);
+  # random bits, which zstd cannot compress, so its raw bytes lie in that file as they are.
+  big = np.random.default_rng(0).integers(0, 2**32, (64, 64), dtype=np.uint32)
   state = {'step': jnp.int32(0), 'params': {'w': jnp.arange(6.0).reshape(2, 3),
-                                            'big': jnp.arange(4096.0).reshape(64, 64)}}
+                                            'big': jnp.asarray(big)}}
   mngr = checkpoint.manager(str(tmp_path), keep=5)
   data = make_iterator()
   for s in steps:
@@ -186,25 +191,73 @@ def test_damaged_newest_checkpoint_is_named_and_skipped(tmp_path, capsys, damage
   assert checkpoint.restore(mngr, checkpoint.abstract(state), make_iterator())[0] == 6
 
 
-def test_an_array_restoring_with_other_bytes_is_caught_by_its_checksum(tmp_path, capsys):
-  """A value changed inside the stored arrays, which Orbax and TensorStore restore as valid
-  data (they checksum the index, not the values): the step's CRC32s name the array, the step
-  is set aside and the one before restores."""
-  import orbax.checkpoint as ocp
+def _flip_array_byte(root, step, state):
+  """Flips one bit of one raw byte of 'big' inside its stored data file, where TensorStore
+  keeps the incompressible array verbatim; returns the file."""
+  raw = np.asarray(state['params']['big']).tobytes()
+  [path] = [p for p in _files(os.path.join(root, str(step)), 'state') if raw[:64] in
+            open(p, 'rb').read()]
+  with open(path, 'r+b') as f:
+    data = bytearray(f.read())
+    at = data.find(raw) + 4 * (17 * 64 + 3)  # big[17, 3]
+    data[at] ^= 0x01
+    f.seek(0)
+    f.write(data)
+  return path
+
+
+def test_a_byte_flipped_in_a_stored_array_is_caught_by_its_checksum(tmp_path, capsys):
+  """One raw byte of an array's data file changed on disk, which Orbax and TensorStore restore
+  as valid data (they checksum the index, not the values): the step's CRC32s name the array,
+  the step is set aside and the one before restores."""
   state, mngr, root = _saved(tmp_path)
-  stored = os.path.join(root, '6', 'state')
-  changed = ocp.StandardCheckpointer().restore(stored)
-  changed['params']['big'] = changed['params']['big'].at[17, 3].add(1.0)  # one value's bytes
-  shutil.rmtree(stored)
-  with ocp.StandardCheckpointer() as writer:
-    writer.save(stored, changed)
+  path = _flip_array_byte(root, 6, state)
+  assert os.sep + os.path.join('6', 'state', 'ocdbt.process_0', 'd') + os.sep in path
   mngr = checkpoint.manager(str(tmp_path), keep=5)
   step, restored = checkpoint.restore(mngr, checkpoint.abstract(state), make_iterator())
   assert step == 4 and int(restored['step']) == 4
+  jax.tree.map(np.testing.assert_array_equal, restored, dict(state, step=jnp.int32(4)))
   out = capsys.readouterr().out
   assert re.search(r"ChecksumMismatch: .*/6: array \['params'\]\['big'\] restores with other "
                    r'bytes than were saved', out), out
   assert sorted(os.listdir(root)) == ['2', '4', '6.damaged']
+
+
+# A fresh interpreter with 2 simulated devices (set before jax starts): a state saved with
+# 'big' split over both devices, restored onto one device.
+OTHER_LAYOUT_SCRIPT = """
+import sys
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P, SingleDeviceSharding
+from bengrapheme import checkpoint
+assert jax.device_count() == 2, jax.devices()
+split = NamedSharding(Mesh(np.array(jax.devices()), ('x',)), P('x'))
+big = np.random.default_rng(0).integers(0, 2**32, (64, 64), dtype=np.uint32)
+state = {'step': jnp.int32(6), 'params': {'w': jnp.arange(6.0), 'big': jax.device_put(big, split)}}
+mngr = checkpoint.manager(sys.argv[1])
+checkpoint.save(mngr, 6, state, force=True)
+mngr.wait_until_finished()
+one = SingleDeviceSharding(jax.devices()[0])
+target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=one), state)
+step, restored = checkpoint.restore(checkpoint.manager(sys.argv[1]), target)
+assert step == 6 and np.array_equal(restored['params']['big'], big)
+print('restored', step)
+"""
+
+
+def test_a_restore_onto_another_layout_says_it_could_not_check(tmp_path):
+  flags = os.environ.get('XLA_FLAGS', '') + ' --xla_force_host_platform_device_count=2'
+  env = dict(os.environ, JAX_PLATFORMS='cpu', XLA_FLAGS=flags,
+             PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get('PYTHONPATH')])))
+  result = subprocess.run([sys.executable, '-c', OTHER_LAYOUT_SCRIPT, str(tmp_path)], env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  lines = [line for line in result.stdout.splitlines() if 'CRC32' in line]
+  assert lines == [
+      f"Checkpoint {tmp_path}/checkpoints/6: 1 of 3 arrays restore onto another sharding "
+      "layout than they were saved with (e.g. ['params']['big']), so their CRC32s could not be "
+      "checked; the others were."], result.stdout
+  assert 'restored 6' in result.stdout
 
 
 def _orbax_wrapped(cause):
