@@ -45,14 +45,14 @@ VAL_BY_CATEGORY = (('all', 'all/score'), ('seen', 'seen/score'),
                    ('graphemes held out of training', 'unseen_never_rendered/score'),
                    ('root recall, seen', 'seen/grapheme_root'),
                    ('root recall, held out', 'unseen_never_rendered/grapheme_root'))
-# Issue 27's table: a row is a recipe, its records NAME + suffix, one per data set it was
+# Across families: a row is a recipe, its records NAME + suffix, one per data set it was
 # scored on; the validation family chooses, the others report.
 ACROSS_FAMILIES = (
     ('validation family (chooses)', '-val-family', 'test/combined/all/score'),
     ('its seen', '-val-family', 'test/combined/seen/score'),
     ('its unseen', '-val-family', 'test/combined/unseen/score'),
     ('its root recall', '-val-family', 'test/combined/all/grapheme_root'),
-    ("own test, as drawn before the Google fonts", '-own-test-v1', 'test/combined/all/score'),
+    ("own test (synth.py at c3a0efe)", '-own-test-v1', 'test/combined/all/score'),
     ('its unseen', '-own-test-v1', 'test/combined/unseen/score'),
     ('third family (reports)', '-other-family', 'test/combined/all/score'),
     ('its unseen', '-other-family', 'test/combined/unseen/score'))
@@ -62,9 +62,9 @@ FRAGMENT_COLUMNS = (('writer mAP', 'writer/map'), ('writer Top-1', 'writer/top1'
 # experiments/collection_hits.py: finding the same hand through an index, as a scholar searches.
 HIT_COLUMNS = (('top 10 hold the same writer', 'hit10'), ('nearest is the same writer', 'top1'),
                ('queries', 'num_queries'))
-# Issue 27's recipes, each adding one part to the one before (or to the row named).
-ISSUE_27_RECIPES = (
-    ('before: 7 Debian fonts, `input.stretch_contrast`', 'grapheme-before-fonts'),
+# Recipes across families, each adding one part to the row above (or to the row named).
+RECIPES_ACROSS_FAMILIES = (
+    ('7 Debian fonts, `input.stretch_contrast` (`make demo` at c3a0efe)', 'grapheme-before-fonts'),
     ('+ Google Fonts\' Bengali families', 'grapheme-fonts'),
     ('+ Google fonts, `render.fraction=0.5`', 'grapheme-fonts-render0.5'),
     ('+ Google fonts, `aug.affine`', 'grapheme-fonts-affine'),
@@ -112,24 +112,20 @@ TTA_MARGINS = (
     ('the same run, margins (2, 4, 8)', 'grapheme-rootletters-w0.1-lr1.6e-2-tta2-4-8'),
     ('lr 3.2e-2, one view', 'grapheme-rootletters-w0.1-lr3.2e-2'),
     ('the same run, margins (2, 4, 8)', 'grapheme-rootletters-w0.1-lr3.2e-2-tta2-4-8'))
-# Issue 29: SAGHOG's recipe at the CPU time of the ResNet-20 demo, one part switched at a time.
+# SAGHOG's recipe at the CPU time of the ResNet-20 demo, one part switched at a time.
 SAGHOG_ARMS = (
-    ('ResNet-20 + GeM (`make demo-fragments` before the scales)', 'fragments-demo'),
+    ('ResNet-20 + GeM (`configs/fragments.py:demo` at 0585c3b, no scale augmentation)',
+     'fragments-demo'),
     ('ViT from scratch + GeM', 'saghog-demo-gem-scratch'),
     ('ViT from scratch + NetRVLAD', 'saghog-demo-scratch'),
     ('ViT MaskFeat-pre-trained + NetRVLAD, layer decay 0.25', 'saghog-demo'),
     ('ViT MaskFeat-pre-trained + NetRVLAD, layer decay 0.75: val\'s choice, `make demo-saghog`',
      'saghog-demo-ld0.75'),
     ('ViT MaskFeat-pre-trained + NetRVLAD, no layer decay', 'saghog-demo-ld1'))
-# Issue 40: a fragment recipe scored by experiments/fragment_family.py on three sets, writer mAP;
+# A fragment recipe scored by experiments/fragment_family.py on three sets, writer mAP;
 # "x SRS-LBP" divides by SRS-LBP's on the same set.
 FAMILY_SETS = (('validation family (chooses)', 'valfam'), ('own test (reports)', 'test'),
                ('third draw (reports)', 'third'))
-FAMILY_SUMMARY = tuple(
-    column for label, key in FAMILY_SETS for column in (
-        (f'{label}: SRS-LBP', f'{key}/srs_lbp/writer/map'),
-        ('encoder + post-processing', f'{key}/tuned/writer/map'),
-        ('x SRS-LBP', f'{key}/ratio/tuned')))
 FAMILY_COLUMNS = tuple(
     column for label, key in FAMILY_SETS for column in (
         (f'{label}: SRS-LBP', f'{key}/srs_lbp/writer/map'),
@@ -137,7 +133,7 @@ FAMILY_COLUMNS = tuple(
         ('+ post-processing', f'{key}/tuned/writer/map'), ('x SRS-LBP', f'{key}/ratio/tuned')))
 # (label, record), in the order they ran; each row changes one part of the row it names.
 FAMILY_RUNS = (
-    ('the recipe before (`configs/fragments.py:demo` as it was)', 'fragfam-demo'),
+    ('`configs/fragments.py:demo` at f5d169b, no scale augmentation', 'fragfam-demo'),
     ('+ scale augmentation 0.7 / 1 / 1.4, in training and at test time: the family\'s '
      'choice', 'fragfam-scales'),
     ('the same at learning rate 4e-3 (2e-3 above)', 'fragfam-lr4e-3'),
@@ -178,9 +174,12 @@ FAMILY_RUNS = (
     ('the ViT recipe with layer decay 0.9 (0.75): not taken', 'fragfam-saghog-ld0.9'),
     ('`make demo-fragments`\' recipe with a trunk of width 24 (16): not taken',
      'fragfam-lr8e-3-width24'))
-FAMILY_SUMMARY_RUNS = ('fragfam-demo', 'fragfam-scales', 'fragfam-lr8e-3',
-                       'fragfam-lr8e-3-upper')  # the README's
-# experiments/family_ceiling.py: a perfect pairwise descriptor of a draw's page styles.
+# The README's: `make demo-fragments`' recipe on the three sets, one row a set.
+FRAGMENTS_SUMMARY = (('SRS-LBP writer mAP', 'srs_lbp/writer/map'),
+                     ('encoder + post-processing', 'tuned/writer/map'), ('x SRS-LBP', 'ratio/tuned'),
+                     ('writer Top-1', 'tuned/writer/top1'), ('page mAP', 'tuned/page/map'))
+
+# experiments/family_ceiling.py: an estimate of what a descriptor of each page's drawn style reaches.
 CEILING_COLUMNS = (('writer mAP', 'writer/map'),
                    ('writer mAP, weights searched on it', 'searched/writer/map'),
                    ('writer Pr@10', 'writer/pr10'),
@@ -254,16 +253,16 @@ TABLES = {
         ('`make demo`', 'grapheme-demo-letters', ''),
         ('the same, a second seed (`--config.seed=1`)', 'grapheme-demo-letters-seed1', ''))),
     'grapheme-across-families': (ACROSS_FAMILIES, tuple(
-        (label, record, '') for label, record in ISSUE_27_RECIPES) + (
+        (label, record, '') for label, record in RECIPES_ACROSS_FAMILIES) + (
         ("upper bound, chooses nothing: the sixth row's recipe trained on the validation "
          "family's own look (`synth_val --train`)", 'grapheme-family-trained', ''),
         ("upper bound, chooses nothing: the `render.fraction=0.5` row's recipe trained on the "
          "family's own look", 'grapheme-family-trained-now', ''))),
     'grapheme-test-time-views': (ACROSS_FAMILIES[:4], tuple(
         (label, record, '') for label, record in TTA_MARGINS)),
-    # The same runs on their own data; the rerun of the recipe before has no such record.
+    # The same runs on their own data; the first row's rerun has no such record.
     'grapheme-recipes-own-data': (GRAPHEME_COLUMNS, tuple(
-        (label, record, '') for label, record in ISSUE_27_RECIPES[1:])),
+        (label, record, '') for label, record in RECIPES_ACROSS_FAMILIES[1:])),
     'grapheme-family-upper-bound': (VAL_BY_CATEGORY, (
         ("the sixth row: its own val split, in the training renderer's look",
          'grapheme-hand-affine', 'val/combined/'),
@@ -307,9 +306,9 @@ TABLES = {
          'grapheme-demo-aug-val-family', 'test/combined/'),
         ("no stretch + augmentation: the project's own test", 'grapheme-demo-aug',
          'test/combined/'),
-        ('`input.stretch_contrast` (`make demo` then): validation family',
+        ('`input.stretch_contrast`: validation family',
          'grapheme-demo-stretch-val-family', 'test/combined/'),
-        ("`input.stretch_contrast` (`make demo` then): the project's own test",
+        ("`input.stretch_contrast`: the project's own test",
          'grapheme-demo-stretch', 'test/combined/'),
         ('second seed (`--config.seed=1`), no stretch: validation family',
          'grapheme-demo-seed1-val-family', 'test/combined/'),
@@ -325,7 +324,7 @@ TABLES = {
         ('val: encoder + what val chose (in-sample)', 'fragments-demo', 'val/tuned/'),
         ('test: SRS-LBP baseline', 'fragments-demo', 'test/srs_lbp/'),
         ('test: encoder', 'fragments-demo', 'test/encoder/'),
-        ("test: encoder + val's choice (`make demo-fragments`' headline before the scales)",
+        ("test: encoder + val's choice",
          'fragments-demo', 'test/tuned/'),
         ('other collection: SRS-LBP baseline', 'fragments-demo-other', 'test/srs_lbp/'),
         ('other collection: encoder', 'fragments-demo-other', 'test/encoder/'),
@@ -353,8 +352,10 @@ TABLES = {
         for label, record in SAGHOG_ARMS)),
     'fragments-family': (FAMILY_COLUMNS, tuple(
         (label, record, '') for label, record in FAMILY_RUNS)),
-    'fragments-family-summary': (FAMILY_SUMMARY, tuple(
-        (label, record, '') for label, record in FAMILY_RUNS if record in FAMILY_SUMMARY_RUNS)),
+    'fragments-summary': (FRAGMENTS_SUMMARY, (
+        ('validation family: chooses the post-processing', 'fragfam-lr8e-3', 'valfam/'),
+        ('own test (30 writers): reports', 'fragfam-lr8e-3', 'test/'),
+        ('third draw (32 writers): reports', 'fragfam-lr8e-3', 'third/'))),
     'family-ceiling': (CEILING_COLUMNS, (
         ('the validation family (chooses)', 'family-ceiling', 'valfam/'),
         ('the third draw (reports)', 'family-ceiling', 'third/'),

@@ -1,5 +1,6 @@
-"""Every relative link in README.md and docs/*.md reaches a file of the repository, and every
-`#anchor` into a markdown page names one of its headings (as GitHub makes them)."""
+"""Every relative link in README.md, docs/*.md and the experiments' pages reaches a file of the
+repository, and every `#anchor` into a markdown page names one of its headings (as GitHub
+makes them)."""
 import glob
 import os
 import re
@@ -12,6 +13,12 @@ LINK = re.compile(r'\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)')
 
 def pages():
   return [os.path.join(ROOT, 'README.md')] + sorted(glob.glob(os.path.join(ROOT, 'docs', '*.md')))
+
+
+def experiment_pages():
+  """The results page and the run logs, which link into the docs and the records."""
+  return sorted(glob.glob(os.path.join(ROOT, 'experiments', '*.md')) +
+                glob.glob(os.path.join(ROOT, 'experiments', 'logs', '*.md')))
 
 
 def _prose(text, code_spans=False):
@@ -63,7 +70,8 @@ def broken_links(path):
   return broken
 
 
-@pytest.mark.parametrize('page', [os.path.relpath(p, ROOT) for p in pages()])
+@pytest.mark.parametrize('page', [os.path.relpath(p, ROOT)
+                                  for p in pages() + experiment_pages()])
 def test_every_relative_link_resolves(page):
   assert broken_links(os.path.join(ROOT, page)) == []
 
