@@ -1,5 +1,5 @@
-"""The fragment pipeline before issue 36, kept verbatim as the reference that the device
-kernels (retrieval/features/patches.py, binarise.py, keypoints.py, lbp.py) and their pipeline are
+"""The host fragment pipeline, kept verbatim as the reference that the device kernels
+(retrieval/features/patches.py, binarise.py, keypoints.py, lbp.py) and their pipeline are
 timed and compared against (bench/fragment_features.py, tests):
 
 - `extract`: the patch extractor: scikit-image's Sauvola in float64, OpenCV SIFT detection

@@ -1,5 +1,5 @@
-"""Where the EfficientNet-B0 train step's compile time goes (bench/train_step.py's case, the
-target issue 38 set at 10 s): trace + lower, then XLA's compile, of the trainer's step as it
+"""Where the EfficientNet-B0 train step's compile time goes (bench/train_step.py's case, whose
+target is 10 s): trace + lower, then XLA's compile, of the trainer's step as it
 is and of two variants that each take one part away, each in a process of its own.
 
   python -m experiments.compile_time --record compile-time

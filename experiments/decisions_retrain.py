@@ -1,4 +1,4 @@
-"""Learning from the workbench's decisions (issue 41, part 3), on synthetic writers.
+"""Learning from the workbench's decisions, on synthetic writers.
 
   python -m experiments.decisions_retrain --collection data/fragments-synth/test \
       --out workdirs/decisions-retrain --steps 300 --rounds 5 \

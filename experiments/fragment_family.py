@@ -107,7 +107,7 @@ def score(config, workdir):
     if chosen is None:
       chosen = dict(scores['tuned_settings'], chosen_on='valfam')
       scores['tuned_settings'] = chosen
-    # The measure: writer mAP as a multiple of SRS-LBP's on the same set.
+    # The fragment task's target measure: writer mAP as a multiple of SRS-LBP's on the same set.
     scores['ratio'] = {m: scores[m]['writer']['map'] / scores['srs_lbp']['writer']['map']
                        for m in ('encoder', 'tuned')}
     results[name] = scores

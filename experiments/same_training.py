@@ -2,10 +2,10 @@
 an earlier commit's code (a git worktree of it) and by this tree, on the same data, and the
 final train states (parameters, optimizer and EMA state, counters) compared bitwise.
 
-Issue 37 moved losses, evaluators, parameter groups and layer decay from code into config
-registries and promised that the recipes train exactly as before; this is that check, kept as
-a record. The variants' names changed with the configs (`saghog_test` became
-`recipe=saghog,size=test`), so each recipe names its variant in both trees.
+Run it with the commit before any change meant to leave training as it is (the record's:
+losses, evaluators, parameter groups and layer decay chosen by name in the config). Each
+recipe names its variant in both trees, since variant names may differ between them
+(`saghog_test` at 9efd4a7 is `recipe=saghog,size=test`).
 
   python -m experiments.same_training --before 9efd4a7 --record same-training-task-protocol
 """
