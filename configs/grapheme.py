@@ -33,35 +33,37 @@ def get_config(arg='demo'):
   # Held out of everything training reads (grapheme/unseen.py), seeded apart from c.seed.
   c.unseen = dict(never_rendered=0.5, val_graphemes=0.05, seed=0)
   # Rendered graphemes (grapheme/rendered.py): `images` drawn once, `fraction` of each batch.
-  # Values marked "family" below were chosen on the validation family (grapheme/synth_val.py);
-  # docs/graphemes.md tells what each choice was among, with its record.
+  # "family, R": chosen on the validation family (grapheme/synth_val.py) by record R-val-family
+  # (experiments/results.md has what each was chosen among).
+  # fraction: family, grapheme-nowhole-render0.5; images: family, grapheme-demo-now-images48k.
   c.render = dict(fraction=0.5, images=48000, workers=0)  # workers 0: all usable cores
   # (height, width) the model sees; crop_to_ink scales each grapheme's ink box to fill it.
-  # stretch_contrast (family): each image's paper to 0 and darkest ink to 1 first.
+  # stretch_contrast (family, grapheme-demo-stretch): each image's paper to 0, darkest ink to 1.
   c.input = dict(size=(56, 96), crop_to_ink=True, ink_threshold=0.25, stretch_contrast=True,
                  num_threads=8)
   c.model = dict(
       name='resnet',  # -> bengrapheme/models/resnet.py
       # CPU-sized: ResNet-10 at width 24 costs ~65 MFLOP per training image at 56x96.
       args=dict(depth=10, width=24, stem='imagenet', dtype='float32'),
-      # The 1,295-way whole-grapheme head (seen vs unseen routing); off (family): sharing
-      # the trunk with a memoriser of seen graphemes cost the unseen ones' roots.
+      # The 1,295-way whole-grapheme head (seen vs unseen routing): off (family,
+      # grapheme-hand-nowhole).
       grapheme_head=False,
       grapheme_loss_weight=0.5,
       consonant_parts=True,  # the consonant diacritic from 4 part heads (grapheme/model.py)
-      # The root also from its letters (family), a head of 79 (position, letter) slots
-      # (model.py), their binary cross-entropy summed over the slots and weighted: a larger
-      # weight takes the clipped gradient from the vowel and consonant heads.
+      # The root also from its letters (family, grapheme-rootletters-w0.1): a head of 79
+      # (position, letter) slots (model.py), their binary cross-entropy summed over the slots
+      # and weighted: a larger weight takes the clipped gradient from the vowel and consonant
+      # heads.
       root_letters=True,
       root_letters_weight=0.1,
       # A PyTorch state_dict (torchvision or timm names) for the backbone to start from
       # (bengrapheme/models/pytorch_weights.py; docs/pretrained-weights.md).
       init_from='')
-  # Affine jitter only (family): GridMask and CutMix cost on a schedule this short.
+  # Affine jitter only (family, grapheme-hand-affine).
   c.aug.update(affine=True, rotate_deg=10.0, shear_deg=10.0, scale=(0.85, 1.15),
                translate=0.08, cutmix_alpha=1.0)
-  # 3,400 steps: the most that fit about 10 minutes on 2 cores (the family chose more steps
-  # each time); lr (family): on a schedule this short the model is still learning.
+  # steps: the demo's time budget (grapheme-demo-now-steps3400); lr (family,
+  # grapheme-rootletters-w0.1-lr3.2e-2).
   c.train.update(steps=3400, batch_size=128, lr=3.2e-2, warmup_steps=100, log_every=50,
                  checkpoint_every=250)
   # val chooses the prediction rule's settings (eval.tune_split); test reports them as rule
@@ -69,13 +71,15 @@ def get_config(arg='demo'):
   c.evals = dict(val=dict(type='grapheme', every=1000), test=dict(type='grapheme', every=1000))
   c.eval.update(batch_size=256, tune_split='val')
   # A whole-grapheme prediction at least this confident overrides the component heads (2.0:
-  # never; val's choice); tau (family): prior correction, argmax of
-  # log p - tau * log(training count), which helps the rare roots unseen graphemes bring.
+  # never; val's choice); tau (family, grapheme-hand-nowhole-tau0.5): prior correction,
+  # argmax of log p - tau * log(training count), which helps the rare roots unseen graphemes
+  # bring.
   # read: the test images straight from a Kaggle folder's parquet files, window_rows at a
   # time (0: a whole file; memory holds a window, 32 KB an image), or 'prepared' (converted
   # once to the training layout; bench/real_sizes.py measured both at full size).
-  # tta_margins (family): test-time views, one per crop margin around the ink in source
-  # pixels (grapheme/evaluate.py; empty: one view, margin 4, as training crops).
+  # tta_margins (family, grapheme-rootletters-w0.1-lr3.2e-2-tta2-4-8): test-time views, one
+  # per crop margin around the ink in source pixels (grapheme/evaluate.py; empty: one view,
+  # margin 4, as training crops).
   c.predict = dict(seen_threshold=2.0, tau=0.5, read='stream', window_rows=0,
                    tta_margins=(2, 4, 8))
 
