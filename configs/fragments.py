@@ -70,9 +70,8 @@ def saghog(c, size):
   c.train.layer_decay.rate = 0.25
   c.eval.update(power=0.4)
   if size == 'demo':
-    # Measured against the ResNet demo at its CPU time (490 ViT steps) and with its writer
-    # labels, so only the model and optimizer differ; layer decay 0.75 is val's choice
-    # (docs/fragments.md, records saghog-demo*).
+    # 490 steps: the ResNet demo's CPU time, on its writer labels, so only the model and
+    # optimizer differ; layer decay 0.75: val's choice (record saghog-demo-ld0.75).
     c.train.update(labels='writer', steps=490)
     c.train.layer_decay.rate = 0.75
     c.model.init_from = 'workdirs/maskfeat-demo'
@@ -114,10 +113,9 @@ def get_config(arg='demo'):
       # (bengrapheme/models/pytorch_weights.py; docs/pretrained-weights.md).
       init_from='')
   # loss.name chooses one of retrieval/fragments/losses.py's LOSSES; loss.NAME holds its constants.
-  # Multi-similarity (Wang et al. 2019's constants): batch-hard triplets from scratch
-  # collapsed every embedding to one point on the synthetic demo; `--config.loss.name=
-  # batch_hard` (soft margin unless `--config.loss.batch_hard.margin=0.2`) is kept for
-  # comparison.
+  # Multi-similarity with Wang et al. 2019's constants (kept on the family against SAGHOG's:
+  # record fragfam-lr8e-3-ms-saghog); `--config.loss.name=batch_hard` (soft margin unless
+  # `--config.loss.batch_hard.margin=0.2`) is the alternative.
   c.loss = dict(name='multi_similarity',
                 multi_similarity=dict(alpha=2.0, beta=50.0, lam=0.5, epsilon=0.1),
                 batch_hard=dict(margin=ml_collections.FieldReference(None, field_type=float)))
@@ -169,9 +167,8 @@ def get_config(arg='demo'):
     c.model.args = dict(depth=8, width=4, dtype='float32')
     c.model.embedding_dim = 16
   elif a.data != 'collection':
-    # The demo's choices on the validation family (retrieval/synthetic/synth_val.py; docs/fragments.md,
-    # records fragfam-*): scale augmentation and its test-time counterpart at 0.7, 1, 1.4;
-    # learning rate 8e-3 (against 2e-3 and 4e-3).
+    # Chosen on the validation family (retrieval/synthetic/synth_val.py): the scales in
+    # training and at test time (record fragfam-scales); lr 8e-3 (record fragfam-lr8e-3).
     c.input.update(scales=(0.7, 1.0, 1.4), eval_scales=(0.7, 1.0, 1.4))
     c.train.lr = 8e-3
   if a.size == 'hisfrag20':
