@@ -12,7 +12,7 @@ Every figure is against a reference timed in turns with it, fastest of `repeats`
   shuffled, batched, threads, batch and rendered fraction as in configs/grapheme.py:kaggle)
   over the prepared split as the trainer opens it (the corrected labels over it, a sorted
   subset for train) with rendered images mixed in, uint8 137x236 batches:
-  - against the same stream read record by record, as input.py read it before issue 38
+  - against the same stream read record by record, as the reference keeps it
     (bench/reference_input.py); the two give the same batches, checked over two epochs of
     real images before the timing;
   - against the way public notebooks read this data: pandas.read_parquet of the four files,
