@@ -1,9 +1,10 @@
 """Every relative link in README.md, docs/*.md and the experiments' pages reaches a file of the
 repository, and every `#anchor` into a markdown page names one of its headings (as GitHub
-makes them)."""
+makes them); the README stays a short guide, and no project file names a tracker issue."""
 import glob
 import os
 import re
+import subprocess
 
 import pytest
 
@@ -95,3 +96,19 @@ def test_a_broken_link_is_found(tmp_path):
       f'line 6: there.md#nope (no heading #nope in {os.path.relpath(tmp_path / "there.md", ROOT)})',
       f'line 6: #twice (no heading #twice in {os.path.relpath(page, ROOT)})',
   ]
+
+
+def test_the_readme_is_a_guide_of_at_most_150_lines():
+  with open(os.path.join(ROOT, 'README.md'), encoding='utf-8') as f:
+    lines = f.read().splitlines()
+  assert len(lines) <= 150, f'README.md has {len(lines)} lines: move detail to docs/ or ' \
+      'experiments/results.md'
+
+
+def test_no_project_file_names_a_tracker_issue():
+  """The files say what is and what was measured; which issue asked for it belongs in the
+  commit messages (the tests and CI's scripts, which quote such phrases, are left out)."""
+  found = subprocess.run(
+      ['git', 'grep', '-nIiE', r"\bissues? [0-9]+\b|\bthe issue('s)?\b", '--', '.',
+       ':!tests/', ':!.ci/'], cwd=ROOT, capture_output=True, text=True).stdout
+  assert found == '', found
