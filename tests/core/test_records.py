@@ -1,6 +1,7 @@
-"""Every figure the README and docs/ report comes from a kept record: their accuracy tables
-equal the records in experiments/records/, and every benchmark row says where, when and at which
-commit it was measured."""
+"""Every figure the README, docs/ and experiments/results.md report comes from a kept record:
+their accuracy tables equal the records in experiments/records/, each record's commit holds
+the code its commands ran, and every benchmark row says where, when and at which commit it
+was measured."""
 import json
 import os
 import re
