@@ -37,16 +37,15 @@ def run(quick):
         mngr.wait_until_finished()
       return once
 
-    best = common.interleaved({
+    turns = common.interleaved({
         'with': timed(lambda m, s, st: checkpoint.save(m, s, st, force=True)),
-        'without': timed(save_without_checksums)}, repeats=3 if quick else 5)
+        'without': timed(save_without_checksums)}, common.MIN_REPEATS)
     mngr.close()
-  with_s, without_s = best['with'][0], best['without'][0]
   recipe = 'test' if quick else 'kaggle'
-  return [common.record(
-      f'checkpoint save with CRC32s of every array ({recipe} config state)', with_s, 's',
-      'the same save without them', without_s, ratio=without_s / with_s,
-      repeats=3 if quick else 5,
+  return [common.timed_record(
+      f'checkpoint save with CRC32s of every array ({recipe} config state)', 's',
+      'the same save without them', turns,
+      lambda t: (t['with'], t['without'], t['without'] / t['with']),
       note=f'{size / 1e6:,.0f} MB of parameters, Adam moments and EMA, 1 CPU device, '
            'each save waited for until written')]
 

@@ -1,8 +1,9 @@
 """What the bench modules share: timing, result records, worker processes, synthetic data.
 
-Timing: contenders are timed in turns (A, B, A, B, ...) and each keeps its fastest repeat, so
-that load from other processes on a shared machine hits both sides of a ratio alike and a
-slow outlier never counts.
+Timing: contenders are timed in turns (A, B, A, B, ...), at least MIN_REPEATS turns, so that
+load from other processes on a shared machine hits both sides of a ratio alike. A timed row
+(`timed_record`) holds the ratio of every turn, their median, min and max, the load average
+before and after, and a verdict that needs every turn to agree: one draw is not a figure.
 
 Workers: a contender that must run in a process of its own (its peak memory is measured, or
 it needs XLA_FLAGS set before jax starts) is a `Worker`: a child process that sets up once
@@ -33,21 +34,41 @@ class Timed(typing.NamedTuple):
   result: object
 
 
+# Fewer turns than this cannot tell a difference from the noise of a shared machine.
+MIN_REPEATS = 5
+
+
+class Turns(dict):
+  """{name: (fastest seconds, last result[, peak RSS])} of contenders timed in turns, with
+  `each`: one {name: seconds} a turn, and `load`: the 1-minute load average before and after."""
+
+  def __init__(self, best, each, load):
+    super().__init__(best)
+    self.each, self.load = each, load
+
+
+def load_average():
+  return os.getloadavg()[0]
+
+
 def interleaved(contenders, repeats):
-  """{name: fn} -> {name: (fastest seconds, last result)}, running the fns in turns.
+  """{name: fn} -> Turns {name: (fastest seconds, last result)}, running the fns in turns.
 
   A fn is timed around its call, unless it returns `Timed`.
   """
-  best = {name: (float('inf'), None) for name in contenders}
+  before, each, last = load_average(), [], {}
   for _ in range(repeats):
+    turn = {}
     for name, fn in contenders.items():
       start = time.perf_counter()
       result = fn()
       seconds = time.perf_counter() - start
       if isinstance(result, Timed):
         seconds, result = result
-      best[name] = (min(best[name][0], seconds), result)
-  return best
+      turn[name], last[name] = seconds, result
+    each.append(turn)
+  best = {name: (min(t[name] for t in each), last[name]) for name in contenders}
+  return Turns(best, each, (before, load_average()))
 
 
 def settle(interval=0.05, busy=0.1, timeout=60):
@@ -62,15 +83,50 @@ def settle(interval=0.05, busy=0.1, timeout=60):
 
 
 def record(name, value, unit, reference, reference_value, *, ratio, target=None, passed=None,
-           repeats=None, note=None):
-  """One result row; ratio is how many times better than the reference (higher is better)."""
+           note=None):
+  """An untimed row (a size, a peak memory, one long run): one measurement, its verdict
+  pass or miss by `passed`. Rows timed in turns are `timed_record`'s."""
   row = dict(name=name, value=float(value), unit=unit, reference=reference,
              reference_value=None if reference_value is None else float(reference_value),
              ratio=None if ratio is None else float(ratio), target=target,
-             passed=None if passed is None else bool(passed), repeats=repeats)
+             verdict=None if passed is None else ('pass' if passed else 'miss'))
   if note:
     row['note'] = note
   return row
+
+
+def timed_record(name, unit, reference, turns, figures, *, target=None, meets=None, note=None):
+  """A row timed in turns: `figures(turn)` -> (value, reference value or None, ratio or None)
+  for each turn of `turns` (a {name: seconds}); `meets(value, ratio)` says whether one turn
+  clears `target`. value, reference_value and ratio are the medians over the turns;
+  `repeats` holds each turn's ratio (its value where there is no ratio)."""
+  if (target is None) != (meets is None):
+    raise ValueError(f'bench row {name!r}: a target needs meets(value, ratio), and the reverse')
+  each = [figures(turn) for turn in turns.each]
+  median = lambda xs: None if xs[0] is None else float(np.median(xs))
+  value, reference_value, ratio = (median([f[i] for f in each]) for i in range(3))
+  repeats = [float(f[2] if ratio is not None else f[0]) for f in each]
+  row = dict(name=name, value=value, unit=unit, reference=reference,
+             reference_value=reference_value, ratio=ratio, target=target,
+             verdict=verdict([meets(f[0], f[2]) for f in each] if meets else None,
+                             turns.load[0]),
+             repeats=repeats, median=float(np.median(repeats)), min=min(repeats),
+             max=max(repeats), load_average=list(turns.load))
+  if note:
+    row['note'] = note
+  return row
+
+
+def verdict(met, load, cores=None):
+  """A timed row's verdict from whether each turn met the target: 'pass' when every turn
+  did (the worst clears it), 'miss' when none did (not even the best), 'within noise'
+  otherwise; 'busy', no verdict, when the 1-minute load average at the start exceeded the
+  core count, since the two sides then shared the cores with others. None: no target."""
+  if met is None:
+    return None
+  if load > (cores or os.cpu_count()):
+    return 'busy'
+  return 'pass' if all(met) else 'miss' if not any(met) else 'within noise'
 
 
 def peak_rss():
@@ -153,23 +209,21 @@ class Worker:
 
 
 def time_workers(workers, repeats):
-  """{name: Worker} -> {name: (fastest seconds, last result, peak RSS bytes)}, in turns.
+  """{name: Worker} -> Turns {name: (fastest seconds, last result, peak RSS bytes)}, in turns.
 
-  repeats: an int, or {name: int} for contenders too slow to repeat as often as the others
-  (they take the first turns). Seconds are those the worker measured around the contender
-  alone. The workers are closed (or killed, on an error) before this returns.
+  Seconds are those the worker measured around the contender alone. The workers are closed
+  (or killed, on an error) before this returns.
   """
-  if isinstance(repeats, int):
-    repeats = {name: repeats for name in workers}
   try:
-    best = {name: (float('inf'), None) for name in workers}
-    for turn in range(max(repeats.values())):
+    before, each, last = load_average(), [], {}
+    for _ in range(repeats):
+      turn = {}
       for name, worker in workers.items():
-        if turn < repeats[name]:
-          seconds, result = worker.time()
-          best[name] = (min(best[name][0], seconds), result)
-    return {name: (seconds, result, workers[name].close())
-            for name, (seconds, result) in best.items()}
+        turn[name], last[name] = worker.time()
+      each.append(turn)
+    best = {name: (min(t[name] for t in each), last[name], workers[name].close())
+            for name in workers}
+    return Turns(best, each, (before, load_average()))
   finally:
     for worker in workers.values():
       worker.kill()

@@ -193,14 +193,16 @@ def run(quick):
 
     new, reference = per_fragment(config, test)
     where = 'device kernels' if buckets.on_device() else 'worker processes'
-    best = common.interleaved({'new': new, 'reference': reference}, 2)
-    assert_equal(best['new'][1], best['reference'][1])
-    rate, reference_rate = n / best['new'][0], n / best['reference'][0]
-    rows.append(common.record(
-        'fragments: per-fragment work but the encoder', rate, 'fragments/s',
-        'the code before (threads, each file decoded twice, SIFT described)',
-        reference_rate, ratio=rate / reference_rate, target=f'>= {PER_FRAGMENT_TARGET:g}x',
-        passed=rate / reference_rate >= PER_FRAGMENT_TARGET, repeats=2,
+    # Both sides do the same `count` items a turn: (rate, reference rate, ratio) of a turn.
+    rates = lambda new, reference, count=n: lambda t: (count / t[new], count / t[reference],
+                                                       t[reference] / t[new])
+    turns = common.interleaved({'new': new, 'reference': reference}, common.MIN_REPEATS)
+    assert_equal(turns['new'][1], turns['reference'][1])
+    rows.append(common.timed_record(
+        'fragments: per-fragment work but the encoder', 'fragments/s',
+        'the code before (threads, each file decoded twice, SIFT described)', turns,
+        rates('new', 'reference'), target=f'>= {PER_FRAGMENT_TARGET:g}x',
+        meets=lambda value, ratio: ratio >= PER_FRAGMENT_TARGET,
         note=f'{n} synthetic fragments of {pixels:,.0f} px on average: decode, area, ink, '
              f'keypoints, patches, SRS-LBP, here in {where}; patches and SRS-LBP equal '
              '(asserted)'))
@@ -212,38 +214,36 @@ def run(quick):
       rows.append(common.record(
           'fragments: the same with the device kernels on this CPU', kernels, 'fragments/s',
           'the code before', n / best['reference'][0],
-          ratio=kernels / (n / best['reference'][0]), repeats=1,
+          ratio=kernels / (n / best['reference'][0]),
           note='Sauvola, box sums and SRS-LBP as jitted kernels over shape buckets '
-               '(compilation included: one repeat); what an accelerator runs'))
+               '(compilation included, so one run, no spread; no target); what an '
+               'accelerator runs'))
 
     new, reference = evaluator_split(config, model, tmp)
-    best = common.interleaved({'new': new, 'reference': reference}, 2)
-    rate, reference_rate = n / best['new'][0], n / best['reference'][0]
-    rows.append(common.record(
-        'fragments: the evaluator on one split', rate, 'fragments/s', 'the code before',
-        reference_rate, ratio=rate / reference_rate, target=f'>= {END_TO_END_TARGET:g}x',
-        passed=rate / reference_rate >= END_TO_END_TARGET, repeats=2,
+    turns = common.interleaved({'new': new, 'reference': reference}, common.MIN_REPEATS)
+    rows.append(common.timed_record(
+        'fragments: the evaluator on one split', 'fragments/s', 'the code before', turns,
+        rates('new', 'reference'), target=f'>= {END_TO_END_TARGET:g}x',
+        meets=lambda value, ratio: ratio >= END_TO_END_TARGET,
         note=f'{n} test fragments: patches, their embeddings (demo encoder), SRS-LBP of the '
              f'split and of the train sample for its PCA'))
 
     listing = collection.list_images(os.path.join(data_dir, 'test'))
     new, reference = index_build(config, model, tmp, listing)
-    best = common.interleaved({'new': new, 'reference': reference}, 2)
-    rate, reference_rate = n / best['new'][0], n / best['reference'][0]
-    rows.append(common.record(
-        'index: build rate', rate, 'fragments/s', "the index's embedding before",
-        reference_rate, ratio=rate / reference_rate, target=f'>= {END_TO_END_TARGET:g}x',
-        passed=rate / reference_rate >= END_TO_END_TARGET, repeats=2,
+    turns = common.interleaved({'new': new, 'reference': reference}, common.MIN_REPEATS)
+    rows.append(common.timed_record(
+        'index: build rate', 'fragments/s', "the index's embedding before", turns,
+        rates('new', 'reference'), target=f'>= {END_TO_END_TARGET:g}x',
+        meets=lambda value, ratio: ratio >= END_TO_END_TARGET,
         note=f'{n} synthetic fragments, demo encoder, SRS-LBP fusion'))
 
     src = data.source(config, os.path.join(tmp, 'work-embed'), 'test')
     ours, xla_default = embedding_step(config, model, src)
-    best = common.interleaved({'ours': ours, 'default': xla_default}, 3)
-    np.testing.assert_allclose(best['ours'][1], best['default'][1], rtol=1e-4, atol=1e-5)
-    rate, reference_rate = len(src) / best['ours'][0], len(src) / best['default'][0]
-    rows.append(common.record(
-        'fragments: embedding step (demo encoder)', rate, 'patches/s',
-        "XLA's default options", reference_rate, ratio=rate / reference_rate, repeats=3,
+    turns = common.interleaved({'ours': ours, 'default': xla_default}, common.MIN_REPEATS)
+    np.testing.assert_allclose(turns['ours'][1], turns['default'][1], rtol=1e-4, atol=1e-5)
+    rows.append(common.timed_record(
+        'fragments: embedding step (demo encoder)', 'patches/s', "XLA's default options",
+        turns, rates('ours', 'default', len(src)),
         note=f"{len(src):,} patches, batch {config.eval.batch_size}, the train step's "
              'compiler options; embeddings equal (asserted)'))
   return rows

@@ -1,5 +1,5 @@
-"""Runs every benchmark; writes bench/results.json, the table in docs/benchmarks.md and the
-README's few rows (SUMMARY_ROWS).
+"""Runs every benchmark; writes bench/results.json, the table in docs/benchmarks.md and, in the
+README, every row that has a target.
 
   python -m bench.run                      # everything, full size (~15 minutes on 2 cores)
   python -m bench.run --quick              # reduced sizes, a smoke run (~2-3 minutes)
@@ -14,7 +14,8 @@ Contract for a bench module (bench/NAME.py, listed in MODULES):
 
   def run(quick: bool) -> list[dict]
 
-  Each dict is one row of the table (bench.common.record builds one):
+  Each dict is one row of the table (bench.common.timed_record builds a timed one,
+  bench.common.record an untimed one):
     name             str, unique across the bench, e.g. 'grapheme uint8 batches via grain'
     value            float, the measured figure, in `unit`
     unit             str, e.g. 'images/s', 'MB/s', 'ms', 's', 'GB'
@@ -24,15 +25,21 @@ Contract for a bench module (bench/NAME.py, listed in MODULES):
                      better whatever the unit (value / reference for rates, reference /
                      value for times)
     target           str or None, e.g. '>= 5x', '>= 5x and >= 10,000 images/s', '<= 2 GB'
-    passed           bool, or None when there is no target
-    repeats          int: the fastest of how many repeats (optional, default None)
+    verdict          'pass', 'miss', 'within noise' (some turns clear the target, some do
+                     not), 'busy' (the machine was loaded beyond its cores: no verdict), or
+                     None when there is no target
     note             str (optional): sizes, settings, caveats, shown in the table
+  and, in a timed row, the medians as value, reference_value and ratio, and
+    repeats          [float]: each turn's ratio (its value where there is no ratio)
+    median, min, max float: of repeats
+    load_average     [before, after]: the 1-minute load average around the turns
 
   Rules: measure the reference in the same run on the same machine, in turns with the
-  contender (A, B, A, B, ...: bench.common.interleaved / time_workers), and keep the fastest
-  repeat of each, so load from other processes cannot make a ratio. Assert that results the
-  contender and reference should agree on are equal. --quick should take well under a
-  minute per module, a full run a few minutes. Print progress to stderr, not stdout.
+  contender (A, B, A, B, ...: bench.common.interleaved / time_workers), at least
+  bench.common.MIN_REPEATS turns, so that load from other processes hits both sides alike and
+  the spread shows what it did. Assert that results the contender and reference should agree
+  on are equal. --quick should take well under a minute per module, a full run a few
+  minutes. Print progress to stderr, not stdout.
 """
 import argparse
 import collections
@@ -59,12 +66,7 @@ RESULTS = os.path.join(common.ROOT, 'bench', 'results.json')
 PAGE = os.path.join(common.ROOT, 'docs', 'benchmarks.md')
 README = os.path.join(common.ROOT, 'README.md')
 BEGIN, END = '<!-- bench:begin -->', '<!-- bench:end -->'
-# The README's few rows (by the start of their names), between SUMMARY_BEGIN and SUMMARY_END.
-SUMMARY_ROWS = ('grapheme training batches read a batch at a time',
-                'train step, grapheme_demo (JAX', 'train step, efficientnet_b0_128 (JAX',
-                'jit compile, efficientnet_b0_128', 'hierarchical macro recall',
-                'search: one query against 350,000',
-                "workbench: one image's round of 20 candidate joins, 350,000")
+# The README's table (every row with a target) goes between SUMMARY_BEGIN and SUMMARY_END.
 SUMMARY_BEGIN, SUMMARY_END = '<!-- bench-summary:begin -->', '<!-- bench-summary:end -->'
 MODULE_TIMEOUT = 30 * 60  # a hung module must not hang the run
 ON_REQUEST_TIMEOUT = 150 * 60
@@ -138,7 +140,7 @@ def _child(name, quick, out):
   module = importlib.import_module(name if '.' in name else f'bench.{name}')
   rows = module.run(quick)
   required = ('name', 'value', 'unit', 'reference', 'reference_value', 'ratio', 'target',
-              'passed')
+              'verdict')
   for row in rows:
     missing = [k for k in required if k not in row]
     if missing:
@@ -163,20 +165,19 @@ def table(results):
   lines = [
       f'`python -m bench.run{" --quick" if quick else ""}` (modules measured apart keep their '
       'own rows: each row names its date, commit and machine; `bench/results.json` has the '
-      'versions). Each ratio is against the reference measured in the same run, in turns with '
-      'it, fastest of `repeats` each; higher is better.',
+      'versions and every turn). Each ratio is against the reference measured in the same '
+      'run, in turns with it: the median of the turns, then the lowest and highest turn; '
+      'higher is better. A verdict needs every turn to agree (pass: the worst turn clears the '
+      'target; miss: not even the best does; within noise: some do); busy: the load average '
+      'at the start exceeded the cores, no verdict.',
   ]
-  loads = [x for e in results['modules'].values() for x in e.get('load_average', [])]
-  if loads:
-    lines[0] += (f' Load average from other processes during the runs: {min(loads):.1f}-'
-                 f'{max(loads):.1f}.')
   if quick:
     lines.append('')
     lines.append('**--quick run: reduced sizes, a smoke test; not the figures to quote.**')
-  lines += ['', '| benchmark | result | reference | ratio | target | | notes | measured |',
-            '|---|---|---|---|---|---|---|---|']
+  lines += ['', '| benchmark | result | reference | ratio | min-max | target | | load | notes '
+            '| measured |', '|---|---|---|---|---|---|---|---|---|---|']
   for row in results['results']:
-    lines.append(table_row(row, row.get('note', ''), measured(row)))
+    lines.append(table_row(row, load(row), row.get('note', ''), measured(row)))
   for name, entry in results['modules'].items():
     if entry.get('error'):
       lines.append('')
@@ -185,28 +186,36 @@ def table(results):
 
 
 def summary(results):
-  """The README's table: the rows of SUMMARY_ROWS, each named once, without the notes."""
-  lines = ['| benchmark | result | against, in the same run | ratio | target | |',
-           '|---|---|---|---|---|---|']
-  for start in SUMMARY_ROWS:
-    rows = [r for r in results['results'] if r['name'].startswith(start)]
-    if not rows:
-      raise KeyError(f'bench/results.json has no row whose name starts {start!r} '
-                     '(bench/run.py SUMMARY_ROWS)')
-    lines += [table_row(row) for row in rows]
+  """The README's table: every row that has a target, without the notes."""
+  lines = ['| benchmark | result | against, in the same run | ratio (median) | min-max | target '
+           '| verdict |', '|---|---|---|---|---|---|---|']
+  lines += [table_row(row) for row in results['results'] if row['target']]
   return '\n'.join(lines)
 
 
 def table_row(row, *extra):
-  """A row's markdown line: name, result, reference, ratio, target, verdict, then `extra`."""
+  """A row's markdown line: name, result, reference, ratio, spread, target, verdict, then
+  `extra`."""
   reference = row['reference'] or ''
   if row['reference_value'] is not None:
     reference += f': {_number(row["reference_value"])} {row["unit"]}'
   ratio = '' if row['ratio'] is None else f'{_number(row["ratio"])}x'
-  verdict = {True: 'pass', False: '**miss**', None: ''}[row['passed']]
-  cells = [row['name'], f'{_number(row["value"])} {row["unit"]}', reference, ratio,
+  spread = ''
+  if row.get('repeats'):
+    unit = 'x' if row['ratio'] is not None else f' {row["unit"]}'
+    spread = (f'{_number(row["min"])}-{_number(row["max"])}{unit}, '
+              f'{len(row["repeats"])} turns')
+  verdict = {'miss': '**miss**', None: ''}.get(row['verdict'], row['verdict'])
+  cells = [row['name'], f'{_number(row["value"])} {row["unit"]}', reference, ratio, spread,
            row['target'] or '', verdict, *extra]
   return '| ' + ' | '.join(c.replace('|', '\\|') for c in cells) + ' |'
+
+
+def load(row):
+  """The 1-minute load average before and after the row's turns."""
+  if 'load_average' not in row:
+    return ''
+  return '{:.1f} -> {:.1f}'.format(*row['load_average'])
 
 
 def measured(row):
@@ -265,10 +274,11 @@ def main():
                                     seconds=round(time.perf_counter() - start, 1),
                                     load_average=[load, os.getloadavg()[0]], machine=info)
     for row in rows:
-      verdict = {True: 'pass', False: 'MISS', None: '-'}[row['passed']]
       ratio = '' if row['ratio'] is None else f'{row["ratio"]:.2f}x'
-      print(f'  {row["name"]}: {_number(row["value"])} {row["unit"]} {ratio} '
-            f'[{row["target"] or "no target"}: {verdict}]', file=sys.stderr, flush=True)
+      spread = f' ({_number(row["min"])}-{_number(row["max"])})' if row.get('repeats') else ''
+      print(f'  {row["name"]}: {_number(row["value"])} {row["unit"]} {ratio}{spread} '
+            f'[{row["target"] or "no target"}: {row["verdict"] or "-"}]', file=sys.stderr,
+            flush=True)
     if error:
       print(f'  FAILED: {error.strip().splitlines()[-1] if error.strip() else error}',
             file=sys.stderr, flush=True)

@@ -63,7 +63,7 @@ def _worker(devices, steps):
 
 
 def run(quick):
-  steps, repeats = (2, 2) if quick else (5, 3)
+  steps, repeats = (2 if quick else 5), common.MIN_REPEATS
   counts = (1, 8) if quick else DEVICE_COUNTS
   workers = {}
   try:
@@ -82,14 +82,13 @@ def run(quick):
     raise
   batch = workers[1].setup['batch']
   timed = common.time_workers(workers, repeats)
-  one = timed[1][0] / steps
   rows = []
   for n in counts[1:]:
-    t = timed[n][0] / steps
-    rows.append(common.record(
-        f'train step on {n} simulated devices (global batch {batch})', t * 1e3, 'ms/step',
-        '1 device, same batch', one * 1e3, ratio=one / t, target='>= 0.8x',
-        passed=one / t >= 0.8, repeats=repeats,
+    rows.append(common.timed_record(
+        f'train step on {n} simulated devices (global batch {batch})', 'ms/step',
+        '1 device, same batch', timed,
+        lambda t, n=n: (t[n] / steps * 1e3, t[1] / steps * 1e3, t[1] / t[n]),
+        target='>= 0.8x', meets=lambda value, ratio: ratio >= 0.8,
         note=f'configs/grapheme.py:demo; {steps} steps per repeat; {os.cpu_count()} cores '
              'shared by all simulated devices'))
   return rows
