@@ -17,10 +17,10 @@ FRAG_DATA := data/fragments-synth
 FRAG_WORKDIR := workdirs/fragments-demo
 
 .PHONY: setup setup-test fonts system-packages test-packages demo demo-fragments demo-saghog test \
-  wheelhouse serve-demo
+  wheelhouse serve-demo workbench-viewer
 # What the demos need; setup-test adds the tests' extras (README: Two commands; their sizes:
 # docs/benchmarks.md#what-the-setup-installs).
-setup: $(VENV)/.installed fonts
+setup: $(VENV)/.installed fonts workbench-viewer
 setup-test: setup $(VENV)/.installed-test test-packages
 
 $(VENV)/.installed: requirements.txt
@@ -48,6 +48,17 @@ fonts/node_modules/.installed: fonts/package.json fonts/package-lock.json
 	@command -v npm >/dev/null || { $(SUDO) apt-get update -q && \
 	  $(SUDO) apt-get install -y -q --no-install-recommends npm; }
 	npm ci --prefix fonts --no-audit --no-fund --ignore-scripts --loglevel=error
+	touch $@
+
+# The workbench's joining table: OpenSeadragon from the npm registry, at the version
+# retrieval/collections/workbench/static/package-lock.json pins (6 MB).
+WORKBENCH_STATIC := retrieval/collections/workbench/static
+workbench-viewer: $(WORKBENCH_STATIC)/node_modules/.installed
+
+$(WORKBENCH_STATIC)/node_modules/.installed: $(WORKBENCH_STATIC)/package.json $(WORKBENCH_STATIC)/package-lock.json
+	@command -v npm >/dev/null || { $(SUDO) apt-get update -q && \
+	  $(SUDO) apt-get install -y -q --no-install-recommends npm; }
+	npm ci --prefix $(WORKBENCH_STATIC) --no-audit --no-fund --ignore-scripts --loglevel=error
 	touch $@
 
 test-packages:

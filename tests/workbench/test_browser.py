@@ -1,4 +1,4 @@
-"""The workbench in a real browser (issue 41, part 5): headless Chromium (Debian's, driven by
+"""The workbench in a real browser: headless Chromium (Debian's, driven by
 Playwright) over an index built by launch.index with a trained checkpoint, served by
 launch.serve in its own process.
 
@@ -164,23 +164,29 @@ def test_search_decide_undo_reload_export_import(browser, server, built, tmp_pat
     page.click('#export-jsonld')
   download.value.save_as(tmp_path / 'decisions.jsonld')
   page.set_input_files('#import-file', exported)
-  page.wait_for_selector('#import-result:has-text("0 added, 2 already here, 0 in conflict")')
+  page.wait_for_selector('#import-result:has-text("0 added, 3 already here, 0 undone as there; '
+                         '0 verdicts changed, 0 pairs with dissent")')
   page.set_input_files('#import-file', tmp_path / 'decisions.jsonld')
-  page.wait_for_selector('#import-result:has-text("0 added, 2 already here")')
+  page.wait_for_selector('#import-result:has-text("0 added, 3 already here")')
+  # A colleague's, decided later: agreeing on the first pair, not on the third.
   theirs = list(csv.DictReader(io.StringIO(exported.read_text())))
+  assert [row['status'] for row in theirs] == ['standing', 'undone', 'standing']
   for k, row in enumerate(theirs):
-    row.update(uuid=f'ben-{k}', scholar='Ben', verdict='different' if k == 0 else row['verdict'])
+    row.update(uuid=f'ben-{k}', scholar='Ben', decided_at=f'2099-01-01T00:00:0{k}+00:00',
+               verdict='different' if k == 2 else row['verdict'])
   colleague = tmp_path / 'ben.csv'
   with open(colleague, 'w', newline='') as f:
     writer = csv.DictWriter(f, theirs[0].keys())
     writer.writeheader()
     writer.writerows(theirs)
   page.set_input_files('#import-file', colleague)
-  page.wait_for_selector('#import-result:has-text("1 added, 0 already here, 1 in conflict")')
-  assert 'theirs different (Ben)' in page.inner_text('#import-result .conflicts')
-  # The agreeing decision joins its pair's history; the disagreeing one was not added.
+  page.wait_for_selector('#import-result:has-text("3 added, 0 already here, 0 undone as there; '
+                         '1 verdicts changed, 1 pairs with dissent")')
+  assert 'dissent: unsure (Ada)' in page.inner_text('#import-result .dissent')
+  # Ben's decisions join each pair's history; the newest stands, Ada's dissent is kept.
   kept = standing(server.db).values()
-  assert len(kept) == 3 and {(a, b) for a, b, _, _ in kept} == {pairs[0], pairs[2]}
+  assert len(kept) == 4 and {(a, b) for a, b, _, _ in kept} == {pairs[0], pairs[2]}
+  page.wait_for_selector('#decision-list td.dissent:has-text("unsure (Ada)")')
   page.click('#tab-groups')
   page.wait_for_selector('.group')
   assert page.locator('.group figure').count() == 2

@@ -8,7 +8,7 @@ import urllib.parse
 import numpy as np
 
 from retrieval.collections import index as index_lib, search
-from workbench_helpers import collection, served  # noqa: F401 (fixtures)
+from workbench_helpers import collection, served, write_index  # noqa: F401 (fixtures)
 
 
 def get(server, url):
@@ -80,3 +80,41 @@ def test_the_collection_page_and_the_groups(served, collection):
   for a, b in ((paths[0], paths[1]), (paths[1], paths[2])):
     served.post('/api/decisions', json_body=dict(a=a, b=b, verdict='same', scholar='Ada'))
   assert get(served, '/api/groups')['groups'] == [sorted(paths[:3])]
+
+
+def test_paging_stops_at_either_end_and_a_bad_field_is_one_line(served, collection):
+  _, _, paths = collection
+  last = get(served, '/api/items?page=99&per=5')
+  assert (last['page'], last['pages'], last['paths']) == (3, 3, paths[10:])
+  assert get(served, '/api/items?page=0&per=5')['page'] == 1
+  status, body = served.get('/api/items?page=two')
+  assert status == 422 and json.loads(body)['error'] == '/api/items: page: Input should be ' \
+      'a valid integer, unable to parse string as an integer'
+
+
+def test_the_unsure_queue_and_the_counters_follow_each_decision(served):
+  first = get(served, '/api/round?size=4')['pairs']
+  assert all(p['of'] == 66 for p in first)  # 12 images: 66 pairs
+  for p, verdict in zip(first, ('unsure', 'same', 'unsure', 'different')):
+    served.post('/api/decisions', json_body=dict(p, verdict=verdict, scholar='Ada'))
+  info = get(served, '/api/info')
+  assert info['counts'] == dict(same=1, different=1, unsure=2) and info['decisions'] == 4
+  queue = get(served, '/api/round?unsure=1')
+  assert [pair_of(p) for p in queue['pairs']] == [pair_of(first[0]), pair_of(first[2])]
+  assert queue['left'] == 2
+  served.post('/api/decisions', json_body=dict(first[0], verdict='same', scholar='Ada'))
+  assert [pair_of(p) for p in get(served, '/api/round?unsure=1')['pairs']] == [
+      pair_of(first[2])]
+  assert get(served, '/api/info')['counts'] == dict(same=2, different=1, unsure=1)
+
+
+def test_a_rebuilt_index_is_served_without_a_restart(served, collection):
+  root, folder, paths = collection
+  assert get(served, '/api/info')['reloaded_at'] is None
+  before = get(served, '/api/round?size=3')['pairs']
+  rebuilt = write_index(root, folder, count=7, seed=1)
+  info = get(served, '/api/info')
+  assert info['images'] == 7 and info['reloaded_at']
+  after = get(served, '/api/round?size=3')['pairs']
+  assert {p for pair in after for p in (pair['a'], pair['b'])} <= set(rebuilt)
+  assert after != before and after[0]['of'] == 21

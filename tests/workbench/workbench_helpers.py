@@ -19,15 +19,17 @@ from retrieval.features import pca
 IMAGES = 12
 
 
-def write_index(root, folder, count=IMAGES, seed=0):
-  """`count` PNG fragments under root/box{k % 3}/ and their index in `folder`."""
+def write_index(root, folder, count=IMAGES, seed=0, dpi=None):
+  """`count` PNG fragments under root/box{k % 3}/ (at `dpi` when given: image k at
+  dpi * (1 + k % 2), so that two resolutions meet) and their index in `folder`."""
   rng = np.random.default_rng(seed)
   paths = []
   for k in range(count):
     path = f'box{k % 3}/frag {k}.png'
     os.makedirs(os.path.join(root, os.path.dirname(path)), exist_ok=True)
     pixels = rng.integers(0, 255, (40 + 3 * k, 60, 3), dtype=np.uint8)
-    Image.fromarray(pixels).save(os.path.join(root, path))
+    kw = dict(dpi=(dpi * (1 + k % 2),) * 2) if dpi else {}
+    Image.fromarray(pixels).save(os.path.join(root, path), **kw)
     paths.append(path)
   stats = [os.stat(os.path.join(root, p)) for p in paths]
   x = pca.l2_normalise(rng.normal(size=(count, 8)).astype(np.float32))

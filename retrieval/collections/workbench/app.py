@@ -28,7 +28,7 @@ import tempfile
 import threading
 
 import fastapi
-from fastapi import responses
+from fastapi import exceptions, responses
 from starlette.concurrency import run_in_threadpool
 
 from bengrapheme import errors
@@ -37,6 +37,9 @@ from retrieval.collections import decisions as db_lib
 from retrieval.collections.workbench import exchange, images, rounds
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'static')
+# OpenSeadragon, at the version static/package-lock.json pins (make workbench-viewer).
+VIEWER = os.path.join(STATIC, 'node_modules', 'openseadragon', 'build', 'openseadragon',
+                      'openseadragon.min.js')
 LOOPBACK_NAMES = ('127.0.0.1', 'localhost', '[::1]', '::1')
 COOKIE = 'bengrapheme_workbench'
 
@@ -58,15 +61,42 @@ class Workbench:
 
   def __init__(self, settings):
     self.settings = settings
-    self.index = index_lib.load(os.path.join(settings.folder, 'index.npz'))
-    self.root = self.index.header['root']
-    self.paths = self.index.entries.paths.tolist()
-    self.row_of = {p: r for r, p in enumerate(self.paths)}
-    self.searcher = search.Searcher.of(self.index)
     self.decisions = db_lib.Decisions(settings.db)
-    self._candidates, self._ranking = None, threading.Lock()
+    self._ranking = threading.Lock()
+    self._loading = threading.Lock()
     self.embedding = threading.Lock()  # one upload embedded at a time: the model is large
-    self._model = None  # (config, model) of the index's checkpoint, restored at the first upload
+    self.loaded_stamp, self.reloaded_at = None, None
+    self.refresh()
+
+  def refresh(self):
+    """Loads the index when index.npz is new or was rebuilt since it was loaded (its size and
+    time differ): a rebuilt index is served from the next request on, without a restart.
+    Returns whether it loaded."""
+    path = os.path.join(self.settings.folder, 'index.npz')
+    try:
+      stat = os.stat(path)
+    except FileNotFoundError:
+      if self.loaded_stamp is None:
+        raise
+      return False  # being rebuilt (launch.index writes it whole, then renames): keep this one
+    stamp = stat.st_size, stat.st_mtime_ns
+    if stamp == self.loaded_stamp:
+      return False
+    with self._loading:
+      if stamp == self.loaded_stamp:
+        return False
+      index = index_lib.load(path)
+      paths = index.entries.paths.tolist()
+      self.index, self.root, self.paths = index, index.header['root'], paths
+      self.row_of = {p: r for r, p in enumerate(paths)}
+      self.searcher = search.Searcher.of(index)
+      with self._ranking:
+        self._candidates = None
+      self._model = None  # (config, model) of the index's checkpoint, restored at an upload
+      if self.loaded_stamp is not None:
+        self.reloaded_at = db_lib.now()
+      self.loaded_stamp = stamp
+    return True
 
   def candidates(self):
     """The collection's closest pairs, ranked at the first call (launch.serve makes it
@@ -81,9 +111,6 @@ class Workbench:
     if path not in self.row_of:
       raise images.Refused(404, f'{path!r}: not an image of the index')
     return self.row_of[path]
-
-  def decided(self):
-    return set(self.decisions.standing())
 
   def check_unchanged(self, path):
     """(size, mtime) as indexed; Refused when the file changed (or went) since."""
@@ -103,7 +130,8 @@ class Workbench:
     return indexed
 
   def matches(self, rows, dist):
-    return [dict(path=self.paths[j], distance=round(float(d), 4), rank=k)
+    """An image's nearest, each with its rank among the `of` other images of the index."""
+    return [dict(path=self.paths[j], distance=round(float(d), 4), rank=k, of=len(self.paths) - 1)
             for k, (j, d) in enumerate(zip(rows.tolist(), dist.tolist()), 1)]
 
   def search_upload(self, name, data, top):
@@ -138,6 +166,13 @@ def create(settings):
   async def user_error(request, e):
     return responses.JSONResponse({'error': str(e)}, getattr(e, 'status', 400))
 
+  @app.exception_handler(exceptions.RequestValidationError)
+  async def bad_request(request, e):
+    """One line naming the field, not FastAPI's structure of it."""
+    problems = '; '.join(f'{".".join(str(x) for x in p["loc"][1:]) or p["loc"][0]}: '
+                         f'{p["msg"]}' for p in e.errors())
+    return responses.JSONResponse({'error': f'{request.url.path}: {problems}'}, 422)
+
   @app.middleware('http')
   async def guard(request, call_next):
     host = request.headers.get('host', '').rsplit(':', 1)[0]
@@ -150,6 +185,8 @@ def create(settings):
                                          'launch.serve printed at start (…/?token=…)', 403)
     if request.method == 'POST' and request.headers.get('x-workbench') != '1':
       return responses.PlainTextResponse('POST without the X-Workbench header refused', 403)
+    if request.url.path != '/' and not request.url.path.startswith('/static/'):
+      await run_in_threadpool(bench.refresh)
     response = await call_next(request)
     if settings.token and request.query_params.get('token'):
       response.set_cookie(COOKIE, settings.token, httponly=True, samesite='strict')
@@ -161,6 +198,11 @@ def create(settings):
 
   @app.get('/static/{name}')
   def static(name: str):
+    if name == 'openseadragon.min.js':
+      if not os.path.isfile(VIEWER):
+        raise images.Refused(404, f'{VIEWER}: missing; install the joining table\'s viewer '
+                             'with make workbench-viewer')
+      return responses.FileResponse(VIEWER, media_type='text/javascript')
     if name not in ('app.js', 'app.css'):
       raise images.Refused(404, f'{name}: no such file')
     return responses.FileResponse(os.path.join(STATIC, name))
@@ -168,17 +210,25 @@ def create(settings):
   @app.get('/api/info')
   def info():
     h = bench.index.header
+    everything = bench.decisions.all(undone=True)
+    counts = dict.fromkeys(db_lib.VERDICTS, 0)
+    for d in bench.decisions.standing().values():
+      counts[d.verdict] += 1
     return dict(images=len(bench.paths), root=h['root'], step=h['step'],
                 checkpoint=h.get('checkpoint'), settings=h['settings'], db=settings.db,
                 round_size=settings.round_size, candidates=len(bench._candidates or ()),
-                decisions=len(bench.decisions.standing()))
+                decisions=sum(counts.values()), counts=counts,
+                dissent=len(db_lib.dissent(everything)), reloaded_at=bench.reloaded_at)
 
   @app.get('/api/items')
   def items(page: int = 1, per: int = 48, q: str = ''):
     per = max(1, min(per, 500))
     chosen = [p for p in bench.paths if q.lower() in p.lower()] if q else bench.paths
-    start = (max(page, 1) - 1) * per
-    return dict(total=len(chosen), page=page, per=per, paths=chosen[start:start + per])
+    pages = max(1, -(-len(chosen) // per))
+    page = min(max(page, 1), pages)  # paging stops at either end
+    start = (page - 1) * per
+    return dict(total=len(chosen), page=page, pages=pages, per=per,
+                paths=chosen[start:start + per])
 
   @app.get('/image')
   def image(path: str, size: int = 0):
@@ -187,6 +237,14 @@ def create(settings):
     data = images.png(real, max(0, min(size, 4096)), (stat.st_size, stat.st_mtime_ns))
     return responses.Response(data, media_type='image/png',
                               headers={'Cache-Control': 'private, max-age=3600'})
+
+  @app.get('/api/image-info')
+  def image_info(path: str):
+    """An indexed image's size in pixels and its resolution (pixels a centimetre; None when
+    not known), for the joining table's one physical scale."""
+    real = images.resolve(bench.root, path, bench.row_of)
+    width, height, ppcm = images.size_and_resolution(real)
+    return dict(path=path, width=width, height=height, ppcm=ppcm)
 
   @app.get('/api/search')
   def search_item(path: str, top: int = 20):
@@ -202,14 +260,27 @@ def create(settings):
     return dict(query=name, matches=found)
 
   @app.get('/api/round')
-  def next_round(size: int = 0, path: str = ''):
+  def next_round(size: int = 0, path: str = '', unsure: bool = False):
+    """The next round: the collection's closest undecided pairs, one image's nearest (path),
+    or the pairs whose standing decision is 'unsure', oldest first (unsure). Each pair's rank
+    is its place among the `of` pairs of its list."""
     size = max(1, min(size or settings.round_size, 200))
-    decided = bench.decided()
+    standing = bench.decisions.standing()
+    n = len(bench.paths)
+    if unsure:
+      pairs = [dict(a=d.a, b=d.b, distance=d.distance, rank=d.rank, of=None, note=d.note,
+                    scholar=d.scholar) for d in standing.values()
+               if d.verdict == 'unsure' and d.a in bench.row_of and d.b in bench.row_of]
+      return dict(pairs=pairs[:size], anchor=None, decided=len(standing), left=len(pairs))
     if path:
-      pairs = rounds.image_round(bench.searcher, bench.paths, bench.row(path), decided, size)
+      pairs = rounds.image_round(bench.searcher, bench.paths, bench.row(path), set(standing),
+                                 size)
+      of = n - 1
     else:
-      pairs = rounds.collection_round(bench.candidates(), bench.paths, decided, size)
-    return dict(pairs=pairs, anchor=path or None, decided=len(decided))
+      pairs = rounds.collection_round(bench.candidates(), bench.paths, set(standing), size)
+      of = n * (n - 1) // 2
+    return dict(pairs=[p | dict(of=of) for p in pairs], anchor=path or None,
+                decided=len(standing), left=None)
 
   @app.post('/api/decisions')
   def decide(body: dict = fastapi.Body(...)):

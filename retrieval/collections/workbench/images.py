@@ -13,7 +13,7 @@ import functools
 import io
 import os
 
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 
 from bengrapheme import errors
 from retrieval.collections import collection
@@ -66,6 +66,25 @@ def png(path, longest, stamp):
   return out.getvalue()
 
 
+# Resolutions that cameras and image editors write when they know none: they say nothing.
+DEFAULT_DPI = (72, 96)
+
+
+def size_and_resolution(path):
+  """(width, height, pixels a centimetre or None) of the image file, from its header: its
+  DPI tag (JPEG, PNG pHYs, TIFF) when it carries one that is not a default."""
+  try:
+    with Image.open(path) as image:
+      dpi = image.info.get('dpi')
+      width, height = image.size
+  except collection.ERRORS as e:
+    raise Refused(410, f'{path}: unreadable ({e}); rerun python -m launch.index on its '
+                  'folder') from e
+  if not dpi or round(float(dpi[0])) in DEFAULT_DPI or float(dpi[0]) <= 0:
+    return width, height, None
+  return width, height, float(dpi[0]) / 2.54
+
+
 async def read_limited(stream, limit, name):
   """The request body, refused (413) as soon as it passes `limit` bytes: nothing past the
   limit is read, and nothing is written anywhere."""
@@ -93,5 +112,8 @@ def check_upload(name, data, max_pixels=MAX_PIXELS):
       image.load()  # decodes it whole: a truncated or damaged file fails here
   except Refused:
     raise
+  except UnidentifiedImageError:  # its message names the in-memory file object: say why
+    raise Refused(415, f'{name}: not a readable image (no JPEG, PNG or TIFF header); expected '
+                  'a JPEG, PNG or TIFF')
   except (*collection.ERRORS, Image.DecompressionBombWarning) as e:
     raise Refused(415, f'{name}: not a readable image ({e}); expected a JPEG, PNG or TIFF')
