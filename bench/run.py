@@ -160,10 +160,15 @@ def _number(v):
   return f'{v:#.3g}'.rstrip('.')  # 3 significant digits, trailing zeros kept: 4.00
 
 
+def _quick_modules(results):
+  return [name for name, entry in results['modules'].items() if entry['quick']]
+
+
 def table(results):
-  quick = any(entry['quick'] for entry in results['modules'].values())
+  quick = _quick_modules(results)
+  everything = len(quick) == len(results['modules'])
   lines = [
-      f'`python -m bench.run{" --quick" if quick else ""}` (modules measured apart keep their '
+      f'`python -m bench.run{" --quick" if quick and everything else ""}` (modules measured apart keep their '
       'own rows: each row names its date, commit and machine; `bench/results.json` has the '
       'versions and every turn). Each ratio is against the reference measured in the same '
       'run, in turns with it: the median of the turns, then the lowest and highest turn; '
@@ -173,7 +178,9 @@ def table(results):
   ]
   if quick:
     lines.append('')
-    lines.append('**--quick run: reduced sizes, a smoke test; not the figures to quote.**')
+    lines.append('**--quick run: reduced sizes, a smoke test; not the figures to quote.**'
+                 if everything else '**--quick run (reduced sizes, a smoke test; not the figures'
+                 f' to quote) of {", ".join(f"bench/{n}.py" for n in quick)}.**')
   lines += ['', '| benchmark | result | reference | ratio | min-max | target | | load | notes '
             '| measured |', '|---|---|---|---|---|---|---|---|---|---|']
   for row in results['results']:
@@ -186,10 +193,14 @@ def table(results):
 
 
 def summary(results):
-  """The README's table: every row that has a target, without the notes."""
+  """The README's table: every row that has a target, without the notes; a row of a --quick
+  run says so."""
+  quick = _quick_modules(results)
   lines = ['| benchmark | result | against, in the same run | ratio (median) | min-max | target '
            '| verdict |', '|---|---|---|---|---|---|---|']
-  lines += [table_row(row) for row in results['results'] if row['target']]
+  lines += [table_row(dict(row, name=row['name'] + ' (--quick run)')
+                      if row.get('module') in quick else row)
+            for row in results['results'] if row['target']]
   return '\n'.join(lines)
 
 

@@ -94,12 +94,16 @@ def test_the_readme_shows_every_row_with_a_target():
                               lambda t: (t['new'], None, None), target='<= 10 s',
                               meets=lambda value, ratio: value <= 10),
           common.record('bytes', 3.0, 'bytes', None, None, ratio=None)]
-  results = dict(results=[dict(r, module='x', date='2026-01-02T03:04:05+00:00', commit='0' * 40,
-                               machine=machine) for r in rows], modules={})
+  results = dict(results=[dict(r, module=m, date='2026-01-02T03:04:05+00:00', commit='0' * 40,
+                               machine=machine) for r, m in zip(rows, 'xyx')],
+                 modules=dict(x=dict(quick=False), y=dict(quick=True)))
   assert run.summary(results).splitlines()[2:] == [
       '| fake speed | 100 images/s | ref: 16.7 images/s | 6.00x | 4.50-8.00x, 3 turns | >= 5x '
       '| within noise |',
-      '| jit compile, x | 11.0 s |  |  | 9.00-12.0 s, 3 turns | <= 10 s | within noise |']
+      '| jit compile, x (--quick run) | 11.0 s |  |  | 9.00-12.0 s, 3 turns | <= 10 s | '
+      'within noise |']
+  assert '**--quick run (reduced sizes, a smoke test; not the figures to quote) of bench/y.py.**' \
+      in run.table(results)
 
 
 def test_table_goes_between_the_markers(tmp_path):
