@@ -40,6 +40,14 @@ def test_table_is_what_its_records_say(name, page):
       f'{page}: table {name!r} differs from its records: `python -m experiments.records readme`')
 
 
+def test_the_results_page_holds_every_table():
+  """experiments/results.md is where every run behind a choice can be found; the README and
+  the guides show a few of the same tables beside their text."""
+  results = os.path.join(common.ROOT, 'experiments', 'results.md')
+  missing = [name for name in records.TABLES if results not in records.pages_holding(name)]
+  assert not missing, f'experiments/results.md lacks the tables {missing}'
+
+
 def test_record_links_are_relative_to_their_page():
   docs_page = os.path.join(common.ROOT, 'docs', 'x.md')
   assert '](experiments/records/grapheme-demo.json)' in records.table('grapheme-demo')
