@@ -353,7 +353,7 @@ TABLES = {
     'fragments-family': (FAMILY_COLUMNS, tuple(
         (label, record, '') for label, record in FAMILY_RUNS)),
     'fragments-summary': (FRAGMENTS_SUMMARY, (
-        ('validation family: chooses the post-processing', 'fragfam-lr8e-3', 'valfam/'),
+        ('validation family: chooses', 'fragfam-lr8e-3', 'valfam/'),
         ('own test (30 writers): reports', 'fragfam-lr8e-3', 'test/'),
         ('third draw (32 writers): reports', 'fragfam-lr8e-3', 'third/'))),
     'family-ceiling': (CEILING_COLUMNS, (
