@@ -12,7 +12,7 @@ Padding differs in form only: Flax 'SAME' pads (0, 1) for a stride-2 3x3 convolu
 input where PyTorch pads (1, 1); output shapes and FLOPs are identical.
 
 The step is the trainer's: weighted soft-max cross-entropy (root 2 : vowel 1 : consonant 1,
-plus grapheme_loss_weight x the whole-grapheme head), global-norm clipping, then AdamW with a
+plus loss.terms.grapheme x the whole-grapheme head), global-norm clipping, then AdamW with a
 linear warm-up + cosine schedule and no weight decay on vectors (norm scales, biases).
 """
 import math
@@ -193,7 +193,7 @@ def make_step(config, memory_format=torch.contiguous_format):
     ce = [F.cross_entropy(logits[i], labels[:, i]) for i in range(3)]
     loss = sum(w * c for w, c in zip(weights, ce)) / sum(weights)
     if config.model.grapheme_head:
-      loss = loss + config.model.grapheme_loss_weight * F.cross_entropy(logits[3], grapheme)
+      loss = loss + config.loss.terms.grapheme * F.cross_entropy(logits[3], grapheme)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)

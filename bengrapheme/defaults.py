@@ -20,7 +20,16 @@ def config():
       aug=augmentation(),
       train=dict(
           steps=1000, batch_size=128, lr=1e-3, warmup_steps=100, final_lr_fraction=0.01,
-          weight_decay=0.05, grad_clip=1.0, ema_decay=0.0, grad_accum_steps=1,
+          weight_decay=0.05, grad_clip=1.0, ema_decay=0.0,
+          # Any optax optimizer and schedule by name; the trainer passes lr, warmup_steps,
+          # steps, final_lr_fraction and weight_decay to the arguments of theirs that take
+          # them (train.optimizer, train.schedule_fields), *_args any other.
+          optimizer='adamw', optimizer_args={}, schedule='warmup_cosine_decay_schedule',
+          schedule_args={},
+          # Micro-batches per step. With BatchNorm each micro-batch is normalised by its own
+          # statistics; a coupled loss (gradient caching) is refused then unless
+          # per_chunk_batch_stats accepts that (docs/adding-a-task.md).
+          grad_accum_steps=1, per_chunk_batch_stats=False,
           # Parameter groups, NAME=dict(pattern=..., lr_scale=..., frozen_steps=...): the
           # parameters whose path ('backbone/blocks/3/...') the regex pattern matches whole
           # (the first group that matches) learn at lr x lr_scale, and not at all for their

@@ -10,8 +10,9 @@
             validation family kept apart from the run's own data, say.
   every     during training, every this many steps and at the last step; 0: never (it
             still runs in launch.evaluate).
-  settings  any other key: a value of config.eval for this evaluator alone (its batch size,
-            its power normalisation, ...).
+  settings  any other key: a setting for this evaluator alone, either a field of the shared
+            config.eval (its batch size, ...) or one of the evaluator's own SETTINGS (a dict
+            of names and defaults on its class or function), which no other config needs.
 
 Scores are logged and written under NAME. config.eval.tune_split names the entry whose
 evaluation chooses the post-processing settings (its scores' 'tuned_settings'); every other
@@ -57,10 +58,13 @@ def validate(config, task):
                                '>= 0 (0: only in launch.evaluate)')
     if not isinstance(entry.get('split', name), str):
       raise errors.ConfigError(f'evals.{name}.split={entry.split!r}: expected a split name')
-    unknown = [k for k in entry if k not in ENTRY_KEYS and k not in config.eval]
+    own = getattr(factory(config, task, name), 'SETTINGS', {})
+    unknown = [k for k in entry if k not in ENTRY_KEYS and k not in config.eval and k not in own]
     if unknown:
-      raise errors.ConfigError(f'evals.{name}.{unknown[0]}: not a field of config.eval, which '
-                               f'has {", ".join(config.eval)}')
+      raise errors.ConfigError(
+          f'evals.{name}.{unknown[0]}: not a field of config.eval, which has '
+          f'{", ".join(config.eval)}, nor a setting of its evaluator'
+          f'{" (" + ", ".join(own) + ")" if own else ""}')
   tune = config.eval.get('tune_split', '')
   if tune and tune not in config.evals:
     raise errors.ConfigError(f'eval.tune_split={tune!r}: expected one of config.evals '
@@ -70,10 +74,14 @@ def validate(config, task):
                              'never chosen on test (name a validation split\'s entry, or \'\')')
 
 
-def own_config(config, name):
-  """config with config.eval updated by the entry's settings: what its evaluator reads."""
+def own_config(config, name, made):
+  """config with config.eval updated by the evaluator's own SETTINGS (of the factory `made`),
+  then by the entry's settings: what its evaluator reads."""
   own = config.copy_and_resolve_references()
-  own.eval.update({k: v for k, v in config.evals[name].items() if k not in ENTRY_KEYS})
+  with own.unlocked():
+    own.eval.update({k: v for k, v in getattr(made, 'SETTINGS', {}).items()
+                     if k not in own.eval})
+    own.eval.update({k: v for k, v in config.evals[name].items() if k not in ENTRY_KEYS})
   if config.evals[name].get('data'):
     own.data.dir = config.evals[name].data
   return own
@@ -88,7 +96,8 @@ def make(config, task, workdir, names=None, skipped=None):
   for name in names:
     split = config.evals[name].get('split', name)
     try:
-      made = factory(config, task, name)(own_config(config, name), split, workdir)
+      make = factory(config, task, name)
+      made = make(own_config(config, name, make), split, workdir)
       found[name] = protocols.check(made, protocols.Evaluator, f'evaluator evals.{name}')
     except inference.Unlabelled as e:
       console.say(f'Skipping {e}')

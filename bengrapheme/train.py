@@ -9,29 +9,62 @@ shards it and Orbax checkpoints it with no framework in between.
 """
 import contextlib
 import importlib
+import inspect
+import json
 import os
 import re
 import time
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import optax
 from flax import nnx
 
 from bengrapheme import (checkpoint, console, errors, inference, evaluators, files, logs,
-                         parallel, protocols, workdir_lock)
+                         parallel, protocols, schema, workdir_lock)
 from bengrapheme.models import pytorch_weights
 
 
 def load_task(config):
   """The task module `config.task`, checked against protocols.Task, with the config checked
-  by its validate (protocols.Validates) when it has one."""
+  before any data work: the core's fields (bengrapheme/schema.py), the evaluators, the task's
+  validate (protocols.Validates) when it has one, then what needs the model's shapes
+  (check_model)."""
   task = protocols.check(importlib.import_module(config.task), protocols.Task,
                          f'task module {config.task!r}')
+  schema.check(config)
   evaluators.validate(config, task)
   if protocols.implements(task, protocols.Validates):
     task.validate(config)
+  check_model(config, task)
   return task
+
+
+def check_model(config, task):
+  """model.args against the backbone's constructor, then, on the model's shapes alone
+  (nnx.eval_shape: nothing is computed), its protocol, the parameter patterns and what
+  accumulation would do to its batch statistics."""
+  schema.check_model_args(config)
+  shaped = nnx.eval_shape(lambda: task.make_model(config, nnx.Rngs(0)))
+  protocols.check(shaped, protocols.Model, f'the model of task {config.task!r}')
+  check_groups(config, nnx.state(shaped, nnx.Param))
+  check_accumulation(config, task, shaped)
+
+
+def check_accumulation(config, task, model):
+  """Gradient caching (a coupled loss, protocols.CoupledLoss) runs each chunk's forward pass
+  with its own batch statistics, so with BatchNorm its step is not the full batch's: refused
+  unless train.per_chunk_batch_stats accepts that."""
+  t = config.train
+  if (t.grad_accum_steps > 1 and protocols.implements(task, protocols.CoupledLoss)
+      and jax.tree.leaves(nnx.state(model, nnx.BatchStat)) and not t.per_chunk_batch_stats):
+    raise errors.ConfigError(
+        f'train.grad_accum_steps={t.grad_accum_steps}: model.name={config.model.name!r} has '
+        f'BatchNorm, which normalises each of the {t.grad_accum_steps} chunks of '
+        f'{t.batch_size // t.grad_accum_steps} rows by its own statistics, so the step is not '
+        "the whole batch's; accept that with --config.train.per_chunk_batch_stats=True, or "
+        'train without accumulation (--config.train.grad_accum_steps=1)')
 
 
 # ---------------------------------------------------------------- model and train state
@@ -44,21 +77,51 @@ def path_name(path):
   return '/'.join(str(k) for k in keys if k is not None)  # not a Variable's '.value'
 
 
-def optimizer(config):
-  """AdamW with linear warm-up and cosine decay, after global-norm clipping; the learning
-  rate of each parameter group of train.groups scaled, and layer-wise decay
-  (train.layer_decay), when asked."""
+# Examples for the messages: any optax optimizer (a function taking learning_rate) or
+# schedule may be named.
+OPTIMIZERS = ('adamw', 'adam', 'sgd', 'lamb', 'lion', 'adafactor')
+SCHEDULES = ('warmup_cosine_decay_schedule', 'cosine_decay_schedule', 'linear_schedule',
+             'constant_schedule', 'warmup_exponential_decay_schedule')
+
+
+def schedule_fields(schedule, config):
+  """The arguments of the optax `schedule` that train.* gives, those its signature has: the
+  peak (or start) at train.lr, warm-up over train.warmup_steps, decay over train.steps to
+  train.lr x train.final_lr_fraction."""
   t = config.train
-  schedule = optax.warmup_cosine_decay_schedule(
-      0.0, t.lr, t.warmup_steps, max(t.steps, t.warmup_steps + 1), t.lr * t.final_lr_fraction)
+  params = inspect.signature(schedule).parameters
+  known = dict(init_value=0.0 if 'peak_value' in params else t.lr, peak_value=t.lr,
+               value=t.lr, warmup_steps=t.warmup_steps,
+               decay_steps=max(t.steps, t.warmup_steps + 1), transition_steps=t.steps,
+               end_value=t.lr * t.final_lr_fraction, alpha=t.final_lr_fraction)
+  return {k: v for k, v in known.items() if k in params}
+
+
+def optimizer_fields(opt, config, mask):
+  """The arguments of the optax optimizer `opt` that train.* gives, those it takes: weight
+  decay (train.weight_decay) and the mask of the parameters it applies to."""
+  params = inspect.signature(opt).parameters
+  return {k: v for k, v in dict(weight_decay=config.train.weight_decay, mask=mask).items()
+          if k in params}
+
+
+def optimizer(config):
+  """train.optimizer (an optax name, with train.optimizer_args) on train.schedule (an optax
+  schedule's name, with train.schedule_args), after global-norm clipping; the learning rate
+  of each parameter group of train.groups scaled, and layer-wise decay (train.layer_decay),
+  when asked. The default: AdamW, linear warm-up and cosine decay."""
+  t = config.train
+  make_schedule = getattr(optax, t.schedule)
+  schedule = make_schedule(**{**schedule_fields(make_schedule, config), **t.schedule_args})
   # No weight decay on norm scales and biases (vectors), as is standard for ResNets, nor on
   # the parameters train.no_decay matches (a ViT's position table and class token, say).
   def decay_mask(params):
     def decayed(path, p):
       return p.ndim > 1 and not (t.no_decay and re.fullmatch(t.no_decay, path_name(path)))
     return jax.tree_util.tree_map_with_path(decayed, params)
+  opt = getattr(optax, t.optimizer)
   tx = optax.chain(optax.clip_by_global_norm(t.grad_clip),
-                   optax.adamw(schedule, weight_decay=t.weight_decay, mask=decay_mask))
+                   opt(schedule, **optimizer_fields(opt, config, decay_mask), **t.optimizer_args))
   if t.groups:
     # Scaling AdamW's update scales a group's learning rate, weight decay included. Only
     # then is it in the chain, so other runs keep their optimizer state's layout. After a
@@ -135,6 +198,19 @@ def scale_by_layer(spec):
   return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
+def check_init_from(config, task):
+  """MissingWeights when model.init_from names a workdir that does not exist (a training
+  run checks it before any data work)."""
+  source = config.model.init_from
+  if (source and not os.path.splitext(source)[1] and not os.path.exists(source)
+      and not files.is_bucket(source)):
+    how = (f' ({task.init_from_advice(config)})'
+           if protocols.implements(task, protocols.FineTunes) else '')
+    raise pytorch_weights.MissingWeights(
+        f'model.init_from={source!r}: no such workdir. It names the workdir of the run to '
+        f"start from{how}, or a weight file; '' trains from scratch")
+
+
 def init_state(config, task, mesh, pretrained=True, abstract=False):
   """Builds the sharded train state directly on the devices; returns (graphdef, state).
   With `abstract`, the state's shapes, dtypes and shardings only (nothing is allocated: what
@@ -147,20 +223,13 @@ def init_state(config, task, mesh, pretrained=True, abstract=False):
   checkpoint replaces it, so evaluation passes pretrained=False and needs no weight file."""
   tx, _ = optimizer(config)
   shaped = nnx.eval_shape(lambda: task.make_model(config, nnx.Rngs(0)))
-  protocols.check(shaped, protocols.Model, f'the model of task {config.task!r}')
-  check_groups(config, nnx.state(shaped, nnx.Param))
   model_def = nnx.graphdef(shaped)
   loaded = None
   if pretrained and config.model.init_from:
+    check_init_from(config, task)
     source = config.model.init_from
     if os.path.isdir(source) or (files.is_bucket(source) and not os.path.splitext(source)[1]):
       loaded = checkpoint.backbone_state(source, shaped.backbone)
-    elif not os.path.splitext(source)[1] and not os.path.exists(source):
-      how = (f' ({task.init_from_advice(config)})'
-             if protocols.implements(task, protocols.FineTunes) else '')
-      raise pytorch_weights.MissingWeights(
-          f'model.init_from={source!r}: no such workdir. It names the workdir of the run to '
-          f"start from{how}, or a weight file; '' trains from scratch")
     else:
       loaded = pytorch_weights.backbone_state(shaped.backbone, source)
 
@@ -378,6 +447,7 @@ def train(config, workdir, on_eval=None):
   manager are released. on_eval(step, name, scores), when given, is called after each
   evaluation during training; what it raises stops training there (a sweep's pruner)."""
   task = load_task(config)
+  check_init_from(config, task)
   # Before the workdir is touched: missing data is reported without creating anything.
   task.check_data(config)
   # Before any work: a second run on this workdir stops here, naming the one that holds it.
@@ -514,6 +584,20 @@ def save_config(config, workdir):
   """Records the config beside the checkpoints, for evaluate / predict and for people."""
   if jax.process_index() == 0:
     files.write_atomic(files.join(workdir, 'config.json'), config.to_json_best_effort(indent=2))
+
+
+def read_config(workdir):
+  """The config save_config recorded in `workdir` (locked, as a config file's), or None."""
+  text = files.read_text(files.join(workdir, 'config.json'))
+  if text is None:
+    return None
+  def tuples(value):  # JSON has lists only; configs hold their sequences as tuples
+    if isinstance(value, dict):
+      return {k: tuples(v) for k, v in value.items()}
+    return tuple(map(tuples, value)) if isinstance(value, list) else value
+  config = ml_collections.ConfigDict(tuples(json.loads(text)))
+  config.lock()
+  return config
 
 
 def trained_model(graphdef, state, mesh, step, task=None):

@@ -48,17 +48,19 @@ def get_config(arg='demo'):
       # The 1,295-way whole-grapheme head (seen vs unseen routing): off (family,
       # grapheme-hand-nowhole).
       grapheme_head=False,
-      grapheme_loss_weight=0.5,
       consonant_parts=True,  # the consonant diacritic from 4 part heads (grapheme/model.py)
       # The root also from its letters (family, grapheme-rootletters-w0.1): a head of 79
       # (position, letter) slots (model.py), their binary cross-entropy summed over the slots
-      # and weighted: a larger weight takes the clipped gradient from the vowel and consonant
-      # heads.
+      # and weighted (loss.terms.root_letters).
       root_letters=True,
-      root_letters_weight=0.1,
       # A PyTorch state_dict (torchvision or timm names) for the backbone to start from
       # (bengrapheme/models/pytorch_weights.py; docs/pretrained-weights.md).
       init_from='')
+  # The loss (grapheme/losses.py): the components' cross-entropies averaged with the
+  # competition score's weights, plus each term whose head is on times its weight (a larger
+  # root_letters weight takes the clipped gradient from the vowel and consonant heads).
+  c.loss = dict(components=dict(grapheme_root=2.0, vowel_diacritic=1.0, consonant_diacritic=1.0),
+                terms=dict(root_letters=0.1, grapheme=0.5))
   # Affine jitter only (family, grapheme-hand-affine).
   c.aug.update(affine=True, rotate_deg=10.0, shear_deg=10.0, scale=(0.85, 1.15),
                translate=0.08, cutmix_alpha=1.0)

@@ -58,9 +58,9 @@ def get_config(arg='demo'):
   c.aug.update(affine=True, rotate_deg=3.0, scale=(0.95, 1.05), translate=0.05)
   c.train.update(steps=600, batch_size=256, lr=1e-3, warmup_steps=50, weight_decay=0.05,
                  log_every=25, checkpoint_every=100)
-  # power: of the probe's sum-pooled descriptors (Peer et al.'s 0.4).
+  # The probe's power (the evaluator's own setting, evals.val.power) is Peer et al.'s 0.4.
   c.evals = dict(val=dict(type='maskfeat', every=600))
-  c.eval.update(batch_size=512, power=0.4)
+  c.eval.update(batch_size=512)
 
   if arg == 'hisfrag20':
     # SAGHOG's pre-training (marco-peer/icdar24 config/maskfeat.yml): batches of 2,048

@@ -1,10 +1,11 @@
-"""The grapheme training loss: soft-target cross-entropy of the augmented, mixed batch."""
+"""The grapheme training loss: soft-target cross-entropy of the augmented, mixed batch, as
+named terms with the weights of config.loss."""
 import jax
 import jax.numpy as jnp
 import optax
 
-from bengrapheme import augment
-from bengrapheme.grapheme import classes, kaggle, metrics
+from bengrapheme import augment, errors
+from bengrapheme.grapheme import classes, kaggle
 from bengrapheme.grapheme.model import preprocess
 
 
@@ -15,8 +16,15 @@ def _targets(batch, whole_grapheme, num_classes):
   return tuple(targets)
 
 
+# The terms config.loss.terms may weight, each counted when the model has its head.
+TERMS = {'root_letters': 'model.root_letters', 'grapheme': 'model.grapheme_head'}
+
+
 def loss(model, batch, key, config):
-  """Weighted soft-target cross-entropy of the mixed/augmented batch; returns (loss, aux)."""
+  """The named terms of config.loss on the mixed/augmented batch; returns (loss, aux).
+
+  loss.components weights the three components' cross-entropies into their weighted mean;
+  each of loss.terms (TERMS) adds its cross-entropy times its weight when its head is on."""
   images = preprocess(batch['image'], config)
   whole = config.model.grapheme_head
   corrected = config.data.corrected_labels
@@ -31,16 +39,39 @@ def loss(model, batch, key, config):
               .sum(-1).mean())
   else:
     ce.append(optax.softmax_cross_entropy(logits['consonant_diacritic'], targets[2]).mean())
-  # The loss weights the components as the competition score does (root 2 : 1 : 1).
-  weights = metrics.COMPONENT_WEIGHTS
+  weights = [config.loss.components[name] for name in kaggle.COMPONENTS]
   total = sum(w * c for w, c in zip(weights, ce)) / sum(weights)
   aux = {f'ce_{name}': c for name, c in zip(kaggle.COMPONENTS, ce)}
-  if config.model.root_letters:  # each letter slot a binary target
+  terms = config.loss.terms
+  if config.model.root_letters and 'root_letters' in terms:  # each letter slot a binary target
     letter_targets = targets[0] @ jnp.asarray(classes.ROOT_LETTERS, jnp.float32)
     aux['ce_root_letters'] = optax.sigmoid_binary_cross_entropy(
         logits['root_letters'], letter_targets).sum(-1).mean()
-    total = total + config.model.root_letters_weight * aux['ce_root_letters']
-  if whole:
+    total = total + terms.root_letters * aux['ce_root_letters']
+  if whole and 'grapheme' in terms:
     aux['ce_grapheme'] = optax.softmax_cross_entropy(logits['grapheme'], targets[3]).mean()
-    total = total + config.model.grapheme_loss_weight * aux['ce_grapheme']
+    total = total + terms.grapheme * aux['ce_grapheme']
   return total, aux
+
+
+def check_loss(config):
+  """errors.ConfigError at the first name or weight of config.loss the loss cannot use."""
+  components = config.loss.components
+  missing = [name for name in kaggle.COMPONENTS if name not in components]
+  if missing:
+    raise errors.ConfigError(f'loss.components: no weight for {", ".join(missing)}; expected '
+                             f'one for each of {", ".join(kaggle.COMPONENTS)}')
+  for path, named, known in (('loss.components', components, kaggle.COMPONENTS),
+                             ('loss.terms', config.loss.terms, tuple(TERMS))):
+    for name, weight in named.items():
+      if name not in known:
+        raise errors.ConfigError(f'{path}.{name}: expected one of {", ".join(known)}')
+      if not isinstance(weight, (int, float)) or weight < 0:
+        raise errors.ConfigError(f'{path}.{name}={weight!r}: expected a weight >= 0')
+  if not sum(components.values()) > 0:
+    raise errors.ConfigError('loss.components: expected a weight > 0 for at least one '
+                             'component')
+  for name, head in TERMS.items():
+    if errors.field(config, head) and name not in config.loss.terms:
+      raise errors.ConfigError(f'{head}=True: loss.terms has no {name!r} weight, so its head '
+                               f'would never learn; add loss.terms.{name}, or set {head}=False')

@@ -1,10 +1,12 @@
 """The grapheme task's config checks (protocols.Validates): run by train.load_task, so by every
 entry point before any data work, each naming the field's path and what it allows."""
 from bengrapheme import errors, models
+from bengrapheme.grapheme import losses
 
 
 def validate(config):
   models.require(config)
+  losses.check_loss(config)
   errors.require(config, 'data.format', ('kaggle', 'tfds'))
   if config.data.format == 'tfds' and not config.data.tfds_dir:
     raise errors.ConfigError("data.format='tfds' needs data.tfds_dir, a TFDS data dir holding "

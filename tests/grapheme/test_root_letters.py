@@ -1,6 +1,6 @@
 """The root-letters term, pinned to its definition: the combined root log-probability is
 log_softmax(root logits + each root's letter-pattern log-likelihood), and the loss adds
-root_letters_weight x the letters' binary cross-entropy, nothing else."""
+loss.terms.root_letters x the letters' binary cross-entropy, nothing else."""
 import jax
 import numpy as np
 from flax import nnx
@@ -14,7 +14,8 @@ def config(weight):
   c = grapheme_config.get_config('test')
   with c.unlocked():
     c.aug = defaults.augmentation()  # the batch as it is: targets are the one-hot labels
-  c.model.update(root_letters=True, root_letters_weight=weight, grapheme_head=False)
+  c.model.update(root_letters=True, grapheme_head=False)
+  c.loss.terms.root_letters = weight
   return c
 
 
