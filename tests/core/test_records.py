@@ -102,6 +102,8 @@ def _git(*args, cwd=common.ROOT):
 def test_every_record_command_names_a_module_its_commit_holds():
   """A record's commit holds the code that made it: each `python -m MODULE` it names is a
   file in that commit's tree (modules moved since existed there under their old names)."""
+  if _git('rev-parse', '--is-shallow-repository').stdout.strip() == 'true':
+    pytest.fail("a shallow clone lacks the records' commits: `git fetch --unshallow` first")
   missing = []
   for path in sorted(os.listdir(records.RECORDS)):
     record = records.load(path[:-len('.json')])
