@@ -15,19 +15,32 @@ brighter than that.
 Inside the fragment, pixels as dark as the black outside are lifted just above it, so the
 darkest ink of a white- or alpha-surrounded fragment is not taken for its outside (a
 HisFrag20 fragment has no such pixel, so it reads exactly as retrieval/fragments/reader.py reads it).
+
+What a scholar cites an image by, when the collection says it (the workbench shows and
+exports these; retrieval/collections/iiif.py writes both files for a IIIF manifest):
+  identifiers.csv  in the folder: path (relative, '/'-separated), shelfmark, iri (the IIIF
+                   canvas or other IRI the image stands for), and optionally xywh (the
+                   region of that canvas the image is: x,y,w,h in its pixels) and ppcm (the
+                   image's pixels a centimetre)
+  collection.json  in the folder: {"id": the collection's stable IRI, "label": ...}
 """
+import csv
 import dataclasses
+import json
 import os
+import re
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 from scipy import ndimage
 
-from bengrapheme import console
+from bengrapheme import console, errors
 from retrieval.fragments import reader
 
 EXTENSIONS = ('.jpg', '.jpeg', '.png', '.tif', '.tiff')
 WHITE_LEVEL = 245  # JPEG leaves white paper surrounds at 250-255, rarely below 245
+IDENTIFIERS, ABOUT = 'identifiers.csv', 'collection.json'
+IDENTIFIER_COLUMNS = ('path', 'shelfmark', 'iri', 'xywh', 'ppcm')
 ERRORS = (OSError, SyntaxError, ValueError, UnidentifiedImageError, Image.DecompressionBombError)
 
 
@@ -93,6 +106,55 @@ def say_left_out(listing):
     if found:
       console.say(f'{len(found):,} files or folders under {listing.root} {why} and are left '
                   f'out, e.g. {found[0]}')
+
+
+@dataclasses.dataclass(frozen=True)
+class Identifier:
+  shelfmark: str
+  iri: str
+  xywh: str = ''  # '' : the whole of what iri names
+  ppcm: float | None = None
+
+
+def read_identifiers(root):
+  """(the collection's stable id or None, {path: Identifier}) from root's collection.json and
+  identifiers.csv when they are there; a UserError naming the file, row and field otherwise."""
+  about, known = os.path.join(root, ABOUT), {}
+  ident = None
+  if os.path.isfile(about):
+    try:
+      ident = str(json.load(open(about))['id'])
+    except (ValueError, KeyError, TypeError) as e:
+      raise errors.UserError(f'{about}: {e!r}; expected JSON with the collection\'s stable '
+                             'IRI as "id" (and a "label")')
+  path = os.path.join(root, IDENTIFIERS)
+  if not os.path.isfile(path):
+    return ident, known
+  with open(path, newline='', encoding='utf-8-sig') as f:
+    rows = csv.DictReader(f)
+    missing = [c for c in IDENTIFIER_COLUMNS[:3] if c not in (rows.fieldnames or [])]
+    if missing:
+      raise errors.UserError(f'{path}: no column {", ".join(missing)}; expected a header '
+                             'path,shelfmark,iri (and optionally xywh,ppcm)')
+    for n, row in enumerate(rows, 2):
+      where = f'{path}: row {n}'
+      for c in ('path', 'shelfmark', 'iri'):
+        if not (row.get(c) or '').strip():
+          raise errors.UserError(f'{where}: {c} empty; expected a value')
+      xywh = (row.get('xywh') or '').strip()
+      if xywh and not re.fullmatch(r'\d+,\d+,\d+,\d+', xywh):
+        raise errors.UserError(f'{where}: xywh {xywh!r}; expected x,y,w,h in pixels (four '
+                               'whole numbers, quoted: "10,20,300,400") or nothing')
+      try:
+        ppcm = float(row['ppcm']) if (row.get('ppcm') or '').strip() else None
+        if ppcm is not None and not ppcm > 0:
+          raise ValueError
+      except ValueError:
+        raise errors.UserError(f'{where}: ppcm {row["ppcm"]!r}; expected the image\'s pixels '
+                               'a centimetre (a positive number) or nothing')
+      known[row['path'].strip()] = Identifier(row['shelfmark'].strip(), row['iri'].strip(),
+                                              xywh, ppcm)
+  return ident, known
 
 
 def open_rgba(path):

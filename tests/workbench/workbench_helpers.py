@@ -31,6 +31,15 @@ def write_index(root, folder, count=IMAGES, seed=0, dpi=None):
     kw = dict(dpi=(dpi * (1 + k % 2),) * 2) if dpi else {}
     Image.fromarray(pixels).save(os.path.join(root, path), **kw)
     paths.append(path)
+  index_files(root, folder, paths, rng)
+  return paths
+
+
+def index_files(root, folder, paths, rng=None):
+  """An index in `folder` of the image files `paths` (relative to `root`), with random
+  descriptors."""
+  rng = rng or np.random.default_rng(0)
+  count = len(paths)
   stats = [os.stat(os.path.join(root, p)) for p in paths]
   x = pca.l2_normalise(rng.normal(size=(count, 8)).astype(np.float32))
   entries = index_lib.Entries(np.array(paths, str),
@@ -43,7 +52,6 @@ def write_index(root, folder, count=IMAGES, seed=0, dpi=None):
                 root=os.path.abspath(root))
   os.makedirs(folder, exist_ok=True)
   index_lib.save(os.path.join(folder, 'index.npz'), index_lib.Index(header, entries, None))
-  return paths
 
 
 def free_port():

@@ -24,6 +24,7 @@ cannot decide in the scholar's name.
 import dataclasses
 import hmac
 import os
+import pathlib
 import tempfile
 import threading
 
@@ -33,7 +34,7 @@ from starlette.concurrency import run_in_threadpool
 
 from bengrapheme import errors
 from retrieval.collections import index as index_lib, search
-from retrieval.collections import decisions as db_lib
+from retrieval.collections import collection, decisions as db_lib
 from retrieval.collections.workbench import exchange, images, rounds
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'static')
@@ -90,6 +91,10 @@ class Workbench:
       self.index, self.root, self.paths = index, index.header['root'], paths
       self.row_of = {p: r for r, p in enumerate(paths)}
       self.searcher = search.Searcher.of(index)
+      ident, known = collection.read_identifiers(self.root)
+      # A folder that names no stable id is named by where it is.
+      self.collection_id = ident or pathlib.Path(self.root).resolve().as_uri()
+      self.identifiers = {p: known[p] for p in paths if p in known}
       with self._ranking:
         self._candidates = None
       self._model = None  # (config, model) of the index's checkpoint, restored at an upload
@@ -218,7 +223,13 @@ def create(settings):
                 checkpoint=h.get('checkpoint'), settings=h['settings'], db=settings.db,
                 round_size=settings.round_size, candidates=len(bench._candidates or ()),
                 decisions=sum(counts.values()), counts=counts,
-                dissent=len(db_lib.dissent(everything)), reloaded_at=bench.reloaded_at)
+                dissent=len(db_lib.dissent(everything)), reloaded_at=bench.reloaded_at,
+                collection=bench.collection_id, identified=len(bench.identifiers))
+
+  @app.get('/api/shelfmarks')
+  def shelfmarks():
+    """{path: shelfmark} of the images the collection names (collection.py)."""
+    return {p: i.shelfmark for p, i in bench.identifiers.items()}
 
   @app.get('/api/items')
   def items(page: int = 1, per: int = 48, q: str = ''):
@@ -244,7 +255,11 @@ def create(settings):
     not known), for the joining table's one physical scale."""
     real = images.resolve(bench.root, path, bench.row_of)
     width, height, ppcm = images.size_and_resolution(real)
-    return dict(path=path, width=width, height=height, ppcm=ppcm)
+    known = bench.identifiers.get(path)
+    if known and known.ppcm:  # the collection's word over the file's tag
+      ppcm = known.ppcm
+    return dict(path=path, width=width, height=height, ppcm=ppcm,
+                shelfmark=known.shelfmark if known else None, iri=known.iri if known else None)
 
   @app.get('/api/search')
   def search_item(path: str, top: int = 20):
@@ -327,12 +342,15 @@ def create(settings):
 
   @app.get('/api/export.csv')
   def export_csv():
-    return _download(exchange.to_csv(bench.decisions.all(undone=True)), 'text/csv', 'csv')
+    return _download(exchange.to_csv(bench.decisions.all(undone=True), bench.identifiers,
+                                     bench.collection_id), 'text/csv', 'csv')
 
   @app.get('/api/export.jsonld')
   def export_jsonld():
-    label = f'Decisions on candidate joins of {bench.root}'
-    return _download(exchange.to_jsonld(bench.decisions.all(undone=True), label),
+    label = f'Decisions on candidate joins of {bench.collection_id}'
+    return _download(exchange.to_jsonld(bench.decisions.all(undone=True), label,
+                                        bench.identifiers, bench.collection_id,
+                                        bench.index.header.get('checkpoint') or ''),
                      'application/ld+json', 'jsonld')
 
   @app.post('/api/import')

@@ -22,28 +22,57 @@ from retrieval.collections import decisions as db_lib
 CSV_COLUMNS = ('uuid', 'a', 'b', 'verdict', 'note', 'scholar', 'decided_at', 'distance',
                'rank', 'a_size', 'a_mtime_ns', 'b_size', 'b_mtime_ns', 'checkpoint')
 # Written by every export; an export without them (an older one) reads as nothing undone.
-# status and replaced_by are for the reader: an import derives them again.
+# status and replaced_by are for the reader, as are the identifiers: an import derives them
+# again (a decision is on two paths of the collection).
 HISTORY_COLUMNS = ('status', 'replaced_by', 'undone_at', 'undone_by')
+CITED_COLUMNS = ('a_shelfmark', 'a_iri', 'a_xywh', 'b_shelfmark', 'b_iri', 'b_xywh',
+                 'collection')
 # W3C Web Annotation has no terms for these; they go under their own prefix.
 CONTEXT = ['http://www.w3.org/ns/anno.jsonld', {'bg': 'urn:bengrapheme:decision#'}]
 LABELS = {'same': 'same hand', 'different': 'different hands', 'unsure': 'unsure'}
 INTEGERS = ('rank', 'a_size', 'a_mtime_ns', 'b_size', 'b_mtime_ns')
 
 
-def to_csv(decisions):
-  """`decisions`: all of them, undone too, in the order made (Decisions.all(undone=True))."""
+def to_csv(decisions, identifiers=None, collection=''):
+  """`decisions`: all of them, undone too, in the order made (Decisions.all(undone=True));
+  identifiers: {path: collection.Identifier} of those the collection names; collection: its
+  stable id."""
+  identifiers = identifiers or {}
   out = io.StringIO()
-  writer = csv.DictWriter(out, CSV_COLUMNS + HISTORY_COLUMNS, lineterminator='\n')
+  writer = csv.DictWriter(out, CSV_COLUMNS + HISTORY_COLUMNS + CITED_COLUMNS,
+                          lineterminator='\n')
   writer.writeheader()
   for d, status, replaced_by in db_lib.history(decisions):
     row = {c: getattr(d, c) for c in CSV_COLUMNS + ('undone_at', 'undone_by')}
-    row.update(status=status, replaced_by=replaced_by)
+    row.update(status=status, replaced_by=replaced_by, collection=collection)
+    for side in ('a', 'b'):
+      known = identifiers.get(getattr(d, side))
+      if known:
+        row.update({f'{side}_shelfmark': known.shelfmark, f'{side}_iri': known.iri,
+                    f'{side}_xywh': known.xywh})
     writer.writerow({c: '' if v is None else v for c, v in row.items()})
   return out.getvalue()
 
 
-def to_jsonld(decisions, label):
-  """`decisions` as to_csv's."""
+def _target(path, size, mtime_ns, known):
+  """A W3C target: the canvas (a region of it, by a media fragment selector) the image stands
+  for when the collection names one, else the image's path in the collection."""
+  own = {'bg:path': path, 'bg:size': size, 'bg:mtimeNs': mtime_ns}
+  if not known:
+    return {'source': path} | own
+  target = {'type': 'SpecificResource', 'source': {'id': known.iri, 'type': 'Canvas'},
+            'bg:shelfmark': known.shelfmark} | own
+  if known.xywh:
+    target['selector'] = {'type': 'FragmentSelector',
+                          'conformsTo': 'http://www.w3.org/TR/media-frags/',
+                          'value': f'xywh={known.xywh}'}
+  return target
+
+
+def to_jsonld(decisions, label, identifiers=None, collection='', checkpoint=''):
+  """`decisions`, identifiers and collection as to_csv's; checkpoint: the digest of the
+  checkpoint whose distances the workbench shows now (each decision keeps its own)."""
+  identifiers = identifiers or {}
   items = []
   for d, status, replaced_by in db_lib.history(decisions):
     body = [{'type': 'TextualBody', 'purpose': 'classifying', 'value': LABELS[d.verdict]}]
@@ -53,8 +82,8 @@ def to_jsonld(decisions, label):
         'id': f'urn:uuid:{d.uuid}', 'type': 'Annotation', 'motivation': 'linking',
         'created': d.decided_at, 'creator': {'type': 'Person', 'name': d.scholar},
         'body': body,
-        'target': [{'source': d.a, 'bg:size': d.a_size, 'bg:mtimeNs': d.a_mtime_ns},
-                   {'source': d.b, 'bg:size': d.b_size, 'bg:mtimeNs': d.b_mtime_ns}],
+        'target': [_target(d.a, d.a_size, d.a_mtime_ns, identifiers.get(d.a)),
+                   _target(d.b, d.b_size, d.b_mtime_ns, identifiers.get(d.b))],
         'bg:distance': d.distance, 'bg:rank': d.rank, 'bg:checkpoint': d.checkpoint,
         'bg:status': status})
     if replaced_by:
@@ -63,6 +92,7 @@ def to_jsonld(decisions, label):
       items[-1]['bg:undone'] = {'created': d.undone_at,
                                 'creator': {'type': 'Person', 'name': d.undone_by or ''}}
   return json.dumps({'@context': CONTEXT, 'type': 'AnnotationCollection', 'label': label,
+                     'bg:collection': collection, 'bg:checkpoint': checkpoint,
                      'total': len(items), 'first': {'type': 'AnnotationPage', 'items': items}},
                     indent=1, ensure_ascii=False) + '\n'
 
@@ -123,7 +153,8 @@ def from_jsonld(name, text):
       labels = {v: k for k, v in LABELS.items()}
       bodies = {b['purpose']: b['value'] for b in item['body']}
       a, b = item['target']
-      fields = dict(uuid=item['id'].removeprefix('urn:uuid:'), a=a['source'], b=b['source'],
+      fields = dict(uuid=item['id'].removeprefix('urn:uuid:'), a=a.get('bg:path', a['source']),
+                    b=b.get('bg:path', b['source']),
                     verdict=labels.get(bodies.get('classifying')),
                     note=bodies.get('commenting', ''), scholar=item['creator']['name'],
                     decided_at=item['created'], distance=item.get('bg:distance'),

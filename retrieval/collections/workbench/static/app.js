@@ -43,6 +43,7 @@ async function api(url, options = {}, where = null) {
 
 // What a scholar reads for a path: its shelfmark when the collection gives one.
 let shelfmarks = {};
+let shownIndex;  // the reloaded_at whose shelfmarks are loaded
 const label = path => shelfmarks[path] || path;
 
 // Where a pair stands, in words: its rank in its list, and the share of the list above it.
@@ -64,7 +65,10 @@ async function refreshInfo() {
   $('#info').textContent = `${info.images} images of ${info.collection || info.root}; ` +
     `checkpoint step ${info.step} (${info.checkpoint}); decisions in ${info.db}.` +
     (info.reloaded_at ? ` Index rebuilt and reloaded at ${info.reloaded_at}.` : '');
-  shelfmarks = info.shelfmarks || {};
+  if (info.reloaded_at !== shownIndex) {  // at the start, and when the index was rebuilt
+    shownIndex = info.reloaded_at;
+    shelfmarks = info.identified ? await api('api/shelfmarks') : {};
+  }
   return info;
 }
 
