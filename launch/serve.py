@@ -4,9 +4,13 @@
 
 Serves, at http://127.0.0.1:8765/, the indexed collection paged as thumbnails, a search by
 any of its images or by an uploaded one, and the candidate joins in rounds (the closest
-pairs not yet decided, side by side at one scale), each decided same hand / different /
-unsure with a note and the scholar's name. Decisions go to an SQLite database (default
-W/decisions.sqlite), exported as CSV or W3C Web Annotation JSON-LD (retrieval/collections/workbench/).
+pairs not yet decided, one at a time at one scale, or two on the joining table), each
+decided same hand / different / unsure, by key or button, with a note and the scholar's
+name. Decisions go to an SQLite database (default W/decisions.sqlite) with their history,
+exported as CSV or W3C Web Annotation JSON-LD and merged with a colleague's
+(retrieval/collections/workbench/). Shelfmarks and canvas IRIs come from the collection
+folder's identifiers.csv (retrieval/collections/iiif.py writes one for a IIIF manifest). A
+rebuilt index is served from the next request on, without a restart.
 
 Only this machine can reach it unless --host names another address; then an access token is
 required, printed here at start (open the address with ?token=...).

@@ -1,18 +1,24 @@
 """The workbench's web app (FastAPI): one page (static/) and the JSON it reads.
 
   GET  /                          the page
-  GET  /api/info                  the index, the database, the round size
+  GET  /api/info                  the index, the database, the counts of decisions
+  GET  /api/shelfmarks            {path: shelfmark} of the images the collection names
   GET  /api/items?page=&per=&q=   the collection, paged (q: a part of the path)
   GET  /image?path=&size=         an indexed image as PNG (size: longest side; 0 full)
+  GET  /api/image-info?path=      its size, resolution, shelfmark and IRI (the joining table)
   GET  /api/search?path=&top=     an indexed image's nearest
   POST /api/search/upload?name=   an image's nearest (the body: the image file)
-  GET  /api/round?size=&path=     the next round of candidate joins (path: one image's)
+  GET  /api/round?size=&path=&unsure=  the next round of candidate joins (path: one image's;
+                                  unsure: the pairs left 'unsure')
   POST /api/decisions             {a, b, verdict, note, scholar, distance, rank}
-  POST /api/decisions/ID/undo
-  GET  /api/decisions             the standing decisions, newest first
+  POST /api/decisions/ID/undo     {scholar}
+  GET  /api/decisions             the standing decisions, newest first, with dissent
   GET  /api/export.csv, /api/export.jsonld
   POST /api/import?name=          a colleague's export (the body: the file)
   GET  /api/groups                fragments joined by 'same hand', transitively
+
+The index is read again when index.npz changes (launch.index rebuilt it): the next request
+sees the new one, without a restart.
 
 Guards (retrieval/collections/workbench/images.py for the files): with an access token (required by
 launch.serve beyond loopback) every request carries it (?token= once, then a cookie); on
