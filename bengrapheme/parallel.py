@@ -11,6 +11,8 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from bengrapheme import errors
+
 BATCH_AXES = ('data', 'fsdp')
 
 
@@ -35,13 +37,33 @@ def initialize_distributed():
     jax.distributed.initialize(heartbeat_timeout_seconds=timeout)
 
 
-def make_mesh(mesh_config):
-  """`mesh_config.fsdp` devices per fsdp group; `data` = the rest (-1) or a given count."""
+def mesh_shape(mesh_config, devices):
+  """(data, fsdp): `mesh_config.fsdp` devices per fsdp group, `data` the rest (-1) or a
+  given count; errors.ConfigError unless they make up the `devices` available."""
   fsdp = mesh_config.fsdp
-  data = mesh_config.data if mesh_config.data > 0 else jax.device_count() // fsdp
-  if data * fsdp != jax.device_count():
-    raise ValueError(f'mesh data={mesh_config.data} x fsdp={fsdp} does not match the '
-                     f'{jax.device_count()} devices available')
+  data = mesh_config.data if mesh_config.data > 0 else devices // fsdp
+  if data * fsdp != devices:
+    raise errors.ConfigError(
+        f'mesh.data={mesh_config.data} x mesh.fsdp={fsdp}: expected {devices} devices, those '
+        'available (mesh.data=-1 takes what fsdp leaves)')
+  return data, fsdp
+
+
+def check_batch(batch_size, devices, accum=1):
+  """errors.ConfigError unless `batch_size` splits evenly over the `devices` of the batch
+  axes, each device's rows into `accum` micro-batches."""
+  if batch_size % devices:
+    raise errors.ConfigError(f'train.batch_size={batch_size}: expected a multiple of the '
+                             f'{devices} devices of the batch axes (each takes an equal share)')
+  if batch_size // devices % accum:
+    raise errors.ConfigError(
+        f'train.grad_accum_steps={accum}: expected a divisor of the {batch_size // devices} '
+        f'rows of each device (train.batch_size={batch_size} over {devices} devices), so that '
+        'every micro-batch keeps its rows on their device')
+
+
+def make_mesh(mesh_config):
+  data, fsdp = mesh_shape(mesh_config, jax.device_count())
   # Auto axes: XLA propagates shardings through the model, so model code needs no annotations.
   return jax.make_mesh((data, fsdp), ('data', 'fsdp'),
                        axis_types=(jax.sharding.AxisType.Auto,) * 2)
@@ -79,10 +101,7 @@ def global_batch(mesh, local_batch):
 
 
 def per_process_batch(global_batch_size, mesh):
-  batch_devices = mesh.shape['data'] * mesh.shape['fsdp']
-  if global_batch_size % batch_devices:
-    raise ValueError(f'batch size {global_batch_size} is not divisible by the '
-                     f'{batch_devices} devices of the batch axes')
+  check_batch(global_batch_size, mesh.shape['data'] * mesh.shape['fsdp'])
   return global_batch_size // jax.process_count()
 
 

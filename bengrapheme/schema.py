@@ -146,25 +146,14 @@ def check_optimizer(config):
 def check_mesh(config):
   """The mesh fits the devices, and the batch splits evenly over its batch axes."""
   import jax
-  m, devices = config.mesh, jax.device_count()
+  from bengrapheme import parallel
+  m = config.mesh
   _number('mesh.fsdp', m.fsdp, 1, integer=True, allowed='a number of devices >= 1')
   if not isinstance(m.data, int) or isinstance(m.data, bool) or not (m.data == -1 or m.data >= 1):
     raise errors.ConfigError(f'mesh.data={m.data!r}: expected a number of devices >= 1, or -1 '
                              '(all devices fsdp does not use)')
-  if devices % m.fsdp or (m.data > 0 and m.data * m.fsdp != devices):
-    data = m.data if m.data > 0 else devices // m.fsdp
-    raise errors.ConfigError(
-        f'mesh.data={m.data} x mesh.fsdp={m.fsdp}: expected {data * m.fsdp} = the '
-        f'{devices} devices available (mesh.data=-1 takes the rest)')
-  batch = config.train.batch_size
-  if batch % devices:
-    raise errors.ConfigError(f'train.batch_size={batch}: expected a multiple of the {devices} '
-                             'devices of the batch axes (each takes an equal share)')
-  if batch // devices % config.train.grad_accum_steps:
-    raise errors.ConfigError(
-        f'train.grad_accum_steps={config.train.grad_accum_steps}: expected a divisor of the '
-        f'{batch // devices} rows of each device (train.batch_size={batch} over {devices} '
-        'devices), so that every micro-batch keeps its rows on their device')
+  parallel.mesh_shape(m, jax.device_count())
+  parallel.check_batch(config.train.batch_size, jax.device_count(), config.train.grad_accum_steps)
   _number('eval.batch_size', config.eval.batch_size, 1, integer=True, allowed='a batch size >= 1')
 
 

@@ -2,6 +2,7 @@
 allows, before any data work: each task's validate (protocols.Validates), run by
 train.load_task."""
 import importlib
+import re
 
 import pytest
 
@@ -95,7 +96,7 @@ BAD = [
     ('configs.grapheme', {'train.profile_steps': (5, 2)}, '1 <= first <= last'),
     ('configs.grapheme', {'mesh.fsdp': 0}, 'a number of devices >= 1'),
     ('configs.grapheme', {'mesh.data': 0}, 'or -1'),
-    ('configs.grapheme', {'mesh.data': 2}, 'devices available'),
+    ('configs.grapheme', {'mesh.data': 2}, 'expected 1 devices, those available'),
     ('configs.grapheme', {'eval.batch_size': 0}, 'a batch size >= 1'),
     ('configs.grapheme', {'model.args.widht': 8}, "did you mean 'width'?"),
     ('configs.fragments', {'model.init_from': 'workdirs/absent'}, 'no such workdir'),
@@ -143,6 +144,18 @@ def test_entry_points_stop_in_one_line_before_any_work(tmp_path, command, config
   assert result.stderr.strip().startswith(f'Error: {field}='), result.stderr[-3000:]
   assert 'Traceback' not in result.stderr and len(result.stderr.strip().splitlines()) == 1
   assert not workdir.exists()
+
+
+@pytest.mark.parametrize('batch_size, devices, accum, message', [
+    (18, 4, 1, 'train.batch_size=18: expected a multiple of the 4 devices'),
+    (16, 4, 3, 'train.grad_accum_steps=3: expected a divisor of the 4 rows of each device'),
+])
+def test_a_batch_the_devices_cannot_share_is_named(batch_size, devices, accum, message):
+  """What schema.check_mesh asks of the devices (the tests run on one)."""
+  from bengrapheme import parallel
+  with pytest.raises(errors.ConfigError, match='^' + re.escape(message)):
+    parallel.check_batch(batch_size, devices, accum)
+  parallel.check_batch(batch_size - batch_size % (devices * accum), devices, accum)
 
 
 @pytest.mark.parametrize('field, message', [

@@ -86,13 +86,15 @@ def test_an_evaluator_missing_a_method_is_named():
     protocols.check(Partial(), protocols.Evaluator, 'evaluator')
 
 
-def test_a_model_without_a_backbone_fails_at_build_naming_it(monkeypatch):
-  """protocols.Model: fine-tuning (model.init_from) and the k-NN probe read model.backbone."""
-  from bengrapheme import parallel, protocols, train
+def test_a_model_without_a_backbone_is_named_before_any_work(monkeypatch):
+  """protocols.Model: fine-tuning (model.init_from) and the k-NN probe read model.backbone;
+  load_task checks the model's shapes."""
+  import importlib
+  from bengrapheme import protocols, train
   from bengrapheme.grapheme import model as grapheme_model
   from configs import grapheme
   config = grapheme.get_config('test')
-  task = train.load_task(config)
+  task = importlib.import_module(config.task)
   made = grapheme_model.make_model
 
   def without_backbone(config, rngs):
@@ -103,7 +105,7 @@ def test_a_model_without_a_backbone_fails_at_build_naming_it(monkeypatch):
   with pytest.raises(protocols.SeamError, match=r"^the model of task 'bengrapheme.grapheme."
                      r"task' lacks backbone; bengrapheme/protocols.py's Model provides "
                      r'__call__, backbone'):
-    train.init_state(config, task, parallel.make_mesh(config.mesh))
+    train.load_task(config)
 
 
 def test_a_sampler_without_len_is_named():
