@@ -26,11 +26,12 @@ big_vision's get_hyper do: `get_sweeps(arg)` returns {name: declaration} for the
 
 Each trial trains in W/trials/NNN, its config.json, checkpoints, lock and metrics those of any
 run. The study (Optuna's journal file W/sweep/journal.log, or an RDB URL) is shared by every
-process working on the sweep; a trial is claimed under W/sweep/claim.lock, and a trial left
-running by a process that died (its workdir lock free) is resumed from its checkpoint by the
-next process that looks. What it leaves in W/sweep: trials.csv, report.html (the table and
-the metric against each parameter), chosen.flags (the chosen trial's settings, for
-`launch.train --flagfile`), record.json, and with report_test, test.json.
+process working on the sweep; a trial is claimed under W/sweep/claim.lock and held through
+an flock (W/sweep/claims/NNN.lock), so a trial left running by a process that died (its
+lock free) is resumed from its checkpoint by the next process that looks. What it leaves in
+W/sweep: trials.csv, report.html (the table and the metric against each parameter),
+chosen.flags (the chosen trial's settings, for `launch.train --flagfile`), record.json,
+and with report_test, test.json.
 """
 import csv
 import datetime
@@ -49,7 +50,7 @@ import filelock
 import jax
 import optuna
 
-from bengrapheme import console, errors, files, inference, report, train, workdir_lock
+from bengrapheme import console, errors, files, inference, report, train
 
 KEYS = ('space', 'choose', 'metric', 'direction', 'every', 'trials', 'sampler', 'pruner',
         'startup_trials', 'evals')
@@ -194,9 +195,10 @@ def trial_config(base, sweep, settings, workdir):
 
 
 def flag_lines(settings):
-  """--config.PATH=VALUE lines that set `settings` in launch.train (absl's --flagfile)."""
-  return [f'--config.{path}={value!r}' if isinstance(value, str) else
-          f'--config.{path}={value}' for path, value in settings.items()]
+  """--config.PATH=VALUE lines that set `settings` in launch.train (absl's --flagfile: a
+  line is one argument, so nothing is quoted; ml_collections parses VALUE by the field's
+  type)."""
+  return [f'--config.{path}={value}' for path, value in settings.items()]
 
 
 # ---------------------------------------------------------------- the study
@@ -248,11 +250,33 @@ def budget(sweep, trials):
       (trials or sweep['trials'])
 
 
+_claims = {}  # trial number -> the lock this process holds on it from claim to tell
+
+
+def _take(workdir, number):
+  """Whether this process now holds trial `number`'s claim, W/sweep/claims/NNN.lock: an
+  flock, which the OS drops when its process ends however it ends (the trial's own workdir
+  lock is let go when training ends, before the study is told)."""
+  path = os.path.join(workdir, 'sweep', 'claims', f'{number:03d}.lock')
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  lock = filelock.FileLock(path)
+  try:
+    lock.acquire(timeout=0)
+  except filelock.Timeout:
+    return False
+  _claims[number] = lock
+  return True
+
+
+def trial_workdir(workdir, number):
+  return os.path.join(workdir, 'trials', f'{number:03d}')
+
+
 def claim(found, sweep, workdir, limit):
-  """The next trial for this process, its workdir locked: one a dead process left running
-  (resumed from its checkpoint), else a new one while the budget allows; None when done.
-  Under W/sweep/claim.lock, so two processes never take the same trial, and a trial without
-  its workdir recorded can only be one whose process died while it was being made."""
+  """The next trial for this process, claimed: one a dead process left running (resumed from
+  its checkpoint), else a new one while the budget allows; None when done. Under
+  W/sweep/claim.lock, so two processes never take the same trial, and a trial without its
+  workdir recorded can only be one whose process died while it was being made."""
   with filelock.FileLock(os.path.join(workdir, 'sweep', 'claim.lock')):
     made = 0
     for t in found.get_trials(deepcopy=False):
@@ -261,20 +285,15 @@ def claim(found, sweep, workdir, limit):
           found.tell(t.number, state=optuna.trial.TrialState.FAIL)
         continue
       made += 1
-      if t.state == optuna.trial.TrialState.RUNNING:
-        try:
-          workdir_lock.acquire(t.user_attrs['workdir'])
-        except workdir_lock.Busy:
-          continue  # another process trains it
+      if t.state == optuna.trial.TrialState.RUNNING and _take(workdir, t.number):
         console.say(f'Resuming trial {t.number} (its process stopped) in '
                     f'{t.user_attrs["workdir"]}...')
         return t.number, t.params
     if made >= limit:
       return None
     trial = found.ask(distributions(sweep))
-    trial_dir = os.path.join(workdir, 'trials', f'{trial.number:03d}')
-    workdir_lock.acquire(trial_dir)
-    trial.set_user_attr('workdir', trial_dir)
+    _take(workdir, trial.number)  # new: nobody else can hold it
+    trial.set_user_attr('workdir', trial_workdir(workdir, trial.number))
     return trial.number, trial.params
 
 
@@ -287,14 +306,14 @@ def metric_at(workdir, key, step):
   return None
 
 
-def run_trial(found, sweep, number, params, base, given):
+def run_trial(found, sweep, workdir, number, params, base, given):
   """Trains trial `number` (resuming its checkpoint), reporting each evaluation to the pruner;
   tells the study how it ended."""
   from bengrapheme import restored
   frozen = found.get_trials(deepcopy=False)[number]
-  trial_dir = frozen.user_attrs['workdir']
+  trial_dir = trial_workdir(workdir, number)  # as this process sees W (a mount may differ)
   settings = values_of(sweep, params)
-  config = trial_config(base, sweep, settings, os.path.dirname(os.path.dirname(trial_dir)))
+  config = trial_config(base, sweep, settings, workdir)
   trial = optuna.trial.Trial(found, frozen._trial_id)  # pylint: disable=protected-access
   # What launch.train and launch.evaluate take to resume or score this trial as a run.
   files.write_atomic(os.path.join(trial_dir, 'overrides.flags'),
@@ -338,7 +357,7 @@ def run_trial(found, sweep, number, params, base, given):
     found.tell(number, state=optuna.trial.TrialState.FAIL)
     console.say(f'Trial {number} failed: {e}')
   finally:
-    workdir_lock.release(trial_dir)
+    _claims.pop(number).release()
 
 
 def _add_seconds(trial, frozen, began):
@@ -467,7 +486,7 @@ def report_test(found, sweep, base, workdir):
   if not tests:
     raise errors.UserError('--report_test: config.evals has no entry for the test split '
                            '(its labels may be unknown, as Kaggle\'s)')
-  trial_dir = best.user_attrs['workdir']
+  trial_dir = trial_workdir(workdir, best.number)
   config = trial_config(base, sweep, values_of(sweep, best.params), workdir)
   names = [n for n in (config.eval.tune_split, *tests) if n]
   metrics = restored.evaluate(config, trial_dir, names)
@@ -492,7 +511,7 @@ def run(base, sweep, workdir, config_arg, given=None, trials=0, url='', command=
     claimed = claim(found, sweep, workdir, limit)
     if claimed is None:
       break
-    run_trial(found, sweep, *claimed, base, given)
+    run_trial(found, sweep, workdir, *claimed, base, given)
     with filelock.FileLock(os.path.join(workdir, 'sweep', 'claim.lock')):
       write_outputs(found, sweep, workdir, config_arg, given, identity, command)
   with filelock.FileLock(os.path.join(workdir, 'sweep', 'claim.lock')):
