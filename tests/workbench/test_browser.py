@@ -7,6 +7,7 @@ README's: WORKBENCH_SCREENSHOTS=docs/images pytest -m slow tests/workbench/test_
 """
 import csv
 import io
+import json
 import os
 import signal
 import sqlite3
@@ -122,6 +123,13 @@ def test_search_decide_undo_reload_export_import(browser, server, built, tmp_pat
                          ".map(i => i.getBoundingClientRect().width / i.naturalWidth)")
   assert abs(scales[0] - scales[1]) < 1e-3, scales
   shoot(page, 'workbench-joins.png')
+  cards.nth(0).locator('.to-table').click()  # the first pair on the joining table
+  page.wait_for_function("(JSON.parse(document.querySelector('#table').dataset.state || '{}')"
+                         ".items || []).length === 2")
+  page.keyboard.press('e')
+  page.wait_for_timeout(500)  # the canvas drawn
+  shoot(page, 'workbench-table.png')
+  page.keyboard.press('Escape')
 
   # Search by an item of the collection, then by an uploaded image.
   page.click('#tab-collection')
@@ -235,3 +243,38 @@ def test_every_acknowledged_decision_survives_a_kill_during_a_round(browser, ser
   assert set(acknowledged) <= set(shown)
   # What the page had not been told stays off it as a decision, or is there whole.
   assert [e for e in errors if 'Failed to fetch' not in e and 'ERR_' not in e] == []
+
+
+def test_a_iiif_manifest_indexed_served_and_exported_with_canvas_targets(browser, built,
+                                                                         tmp_path):
+  from retrieval.collections import iiif
+  from test_iiif import ImageServer
+  workdir, _, _ = built
+  images = ImageServer(tmp_path, count=4)
+  try:
+    folder = iiif.fetch(f'{images.base}/m3.json', str(tmp_path / 'cache'), size=300)
+  finally:
+    images.stop()
+  index = str(tmp_path / 'index')
+  run_module('launch.index', CONFIG, '--workdir', workdir, '--collection', folder, '--index',
+             index)
+  server = Server((workdir, index, None), str(tmp_path / 'decisions.sqlite'))
+  server.start()
+  try:
+    errors = []
+    page = open_page(browser, server.address, 'Ada', errors)
+    first = page.locator('.pair').first
+    assert 'T-S 10J1.' in first.locator('.names').inner_text()
+    first.locator('.same').click()
+    first.locator('.outcome .undo').wait_for()
+    page.click('#tab-decisions')
+    with page.expect_download() as download:
+      page.click('#export-jsonld')
+    exported = json.loads(open(download.value.path()).read())
+    assert exported['bg:collection'] == f'{images.base}/m3.json'
+    targets = exported['first']['items'][0]['target']
+    assert all(t['source']['id'].startswith(f'{images.base}/canvas/') and
+               t['bg:shelfmark'].startswith('T-S 10J1.') for t in targets)
+    assert errors == [], errors
+  finally:
+    server.kill()

@@ -8,16 +8,14 @@ so these run in seconds where tests/workbench/test_browser.py trains a model fir
   the joining table: drag, rotate, invert, one physical scale, a decision from it;
   a search hit decided, paging that stops.
 
-WORKBENCH_SCREENSHOTS=DIR keeps the round's and the table's screenshots there
-(docs/images/ holds the guide's).
+The guide's screenshots are test_browser.py's, of real fragments.
 """
 import json
-import os
 import sqlite3
 
 import pytest
 
-from conftest import CHROMIUM, ROOT, needs_chromium
+from conftest import CHROMIUM, needs_chromium
 from workbench_helpers import Served, write_index
 
 pytestmark = needs_chromium
@@ -81,12 +79,6 @@ def api(server, url):
   return json.loads(body)
 
 
-def shoot(page, name):
-  folder = os.environ.get('WORKBENCH_SCREENSHOTS')
-  if folder:
-    page.screenshot(path=os.path.join(ROOT, folder, name))
-
-
 def test_a_round_worked_by_the_keyboard_alone(browser, bench):
   server, errors = bench('ada'), []
   page = open_page(browser, server, 'Ada', errors)
@@ -98,7 +90,6 @@ def test_a_round_worked_by_the_keyboard_alone(browser, bench):
   assert page.locator('.pair.current .viewer').count() == 1  # one pair in the viewer
   pairs = [tuple(sorted((cards.nth(k).get_attribute('data-a'),
                          cards.nth(k).get_attribute('data-b')))) for k in range(ROUND)]
-  shoot(page, 'workbench-round.png')
   for key, done in (('s', 1), ('d', 2), ('u', 3)):
     page.keyboard.press(key)
     page.wait_for_selector(f'#progress:has-text("({done} decided)")')
@@ -221,7 +212,6 @@ def test_the_joining_table_drag_rotate_invert_and_decide(browser, bench):
   assert [i['rotation'] for i in turned['items']] == [4, 90] and turned['inverted']
   assert page.evaluate("getComputedStyle(document.querySelector('#table-canvas canvas'))"
                        ".filter") == 'grayscale(1) invert(1)'
-  shoot(page, 'workbench-table.png')
   page.keyboard.press('s')  # decided from the table
   page.wait_for_selector('#table-status:has-text("same (kept")')
   assert standing(server) == {tuple(sorted((a, b))): ('same', 'Ada')}

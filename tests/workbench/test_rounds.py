@@ -1,11 +1,13 @@
 """Rounds of candidate joins and searches through the app: the closest undecided pairs first,
 decided pairs leave the queue and come back on undo, one image's round is its exact nearest,
 a search by an item is retrieval/collections/search.py's."""
+import io
 import json
 import os
 import urllib.parse
 
 import numpy as np
+from PIL import Image
 
 from retrieval.collections import index as index_lib, search
 from workbench_helpers import collection, served, write_index  # noqa: F401 (fixtures)
@@ -118,3 +120,16 @@ def test_a_rebuilt_index_is_served_without_a_restart(served, collection):
   after = get(served, '/api/round?size=3')['pairs']
   assert {p for pair in after for p in (pair['a'], pair['b'])} <= set(rebuilt)
   assert after != before and after[0]['of'] == 21
+
+
+def test_the_joining_tables_image_has_its_surround_transparent(served, collection):
+  root, _, paths = collection
+  pixels = np.zeros((40, 60, 3), np.uint8)  # black outside, as HisFrag20's
+  pixels[10:30, 15:45] = 200
+  Image.fromarray(pixels).save(os.path.join(root, paths[0]))
+  url = '/image?path=' + urllib.parse.quote(paths[0])
+  for query, corner in (('', 255), ('&cutout=1', 0)):
+    status, body = served.get(url + query)
+    assert status == 200
+    alpha = np.asarray(Image.open(io.BytesIO(body)).convert('RGBA'))[..., 3]
+    assert alpha[0, 0] == corner and alpha[20, 30] == 255

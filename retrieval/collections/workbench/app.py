@@ -4,7 +4,8 @@
   GET  /api/info                  the index, the database, the counts of decisions
   GET  /api/shelfmarks            {path: shelfmark} of the images the collection names
   GET  /api/items?page=&per=&q=   the collection, paged (q: a part of the path)
-  GET  /image?path=&size=         an indexed image as PNG (size: longest side; 0 full)
+  GET  /image?path=&size=&cutout=  an indexed image as PNG (size: longest side, 0 full;
+                                  cutout: outside the fragment transparent)
   GET  /api/image-info?path=      its size, resolution, shelfmark and IRI (the joining table)
   GET  /api/search?path=&top=     an indexed image's nearest
   POST /api/search/upload?name=   an image's nearest (the body: the image file)
@@ -248,10 +249,10 @@ def create(settings):
                 paths=chosen[start:start + per])
 
   @app.get('/image')
-  def image(path: str, size: int = 0):
+  def image(path: str, size: int = 0, cutout: bool = False):
     real = images.resolve(bench.root, path, bench.row_of)
     stat = os.stat(real)
-    data = images.png(real, max(0, min(size, 4096)), (stat.st_size, stat.st_mtime_ns))
+    data = images.png(real, max(0, min(size, 4096)), (stat.st_size, stat.st_mtime_ns), cutout)
     return responses.Response(data, media_type='image/png',
                               headers={'Cache-Control': 'private, max-age=3600'})
 

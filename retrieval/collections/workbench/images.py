@@ -50,12 +50,18 @@ def resolve(root, relative, indexed):
 
 
 @functools.lru_cache(maxsize=256)  # thumbnails and the pairs of a round or two
-def png(path, longest, stamp):
+def png(path, longest, stamp, cutout=False):
   """PNG bytes of the image as a person sees it (retrieval/collections/collection.py), its longest side
-  at most `longest` px (0: full size). `stamp` (size, mtime) keys the cache to the file."""
+  at most `longest` px (0: full size); with `cutout`, what lies outside the fragment
+  transparent (the joining table: one fragment's black surround must not hide the other's
+  edge). `stamp` (size, mtime) keys the cache to the file."""
   del stamp
   try:
-    image = Image.fromarray(collection.open_rgba(path))
+    rgba = collection.open_rgba(path)
+    if cutout:
+      rgba = rgba.copy()
+      rgba[collection.outside_mask(rgba), 3] = 0
+    image = Image.fromarray(rgba)
   except collection.ERRORS as e:
     raise Refused(410, f'{path}: unreadable ({e}; changed since it was indexed?); rerun '
                   'python -m launch.index on its folder') from e

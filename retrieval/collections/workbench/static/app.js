@@ -32,9 +32,12 @@ async function api(url, options = {}, where = null) {
     say(`The workbench did not answer (${e.message}): is launch.serve still running?`, true, where);
     throw e;
   }
-  const body = await response.json().catch(() => ({error: `${response.status} ${response.statusText}`}));
-  if (!response.ok) {
-    const message = body.error || `${response.status} ${response.statusText}`;
+  // An answer cut off (the server stopped mid-way) is no answer, even after a 200.
+  const body = await response.json().catch(() => null);
+  if (!response.ok || body === null) {
+    const message = body?.error || (body === null && response.ok ?
+      'The workbench\'s answer was cut off: reload the page to see what was kept' :
+      `${response.status} ${response.statusText}`);
     say(message, true, where);
     throw new Error(message);
   }
@@ -72,8 +75,9 @@ async function refreshInfo() {
   return info;
 }
 
-const imageUrl = (path, size = 0) =>
-  `image?path=${encodeURIComponent(path)}${size ? `&size=${size}` : ''}`;
+const imageUrl = (path, size = 0, cutout = false) =>
+  `image?path=${encodeURIComponent(path)}${size ? `&size=${size}` : ''}` +
+  (cutout ? '&cutout=1' : '');
 
 function thumb(path, caption, onclick) {
   return el('figure', {class: 'thumb', 'data-path': path},
@@ -430,7 +434,7 @@ async function openTable(pair, card) {
   const osd = box.osd;
   osd.world.removeAll();
   await Promise.all(infos.map(info => new Promise((resolve, reject) => osd.addTiledImage({
-    tileSource: {type: 'image', url: imageUrl(info.path), buildPyramid: false},
+    tileSource: {type: 'image', url: imageUrl(info.path, 0, true), buildPyramid: false},
     success: e => { e.item.info = info; resolve(); }, error: e => reject(new Error(e.message)),
   }))));
   table.items = [0, 1].map(k => osd.world.getItemAt(k));
@@ -455,7 +459,14 @@ function placeFragments() {
     table.items.filter(i => !i.info.ppcm).map(i => label(i.info.path)).join(' and ') +
     ' is not known';
   selectFragment(0);
-  $('#table').osd.viewport.goHome(true);
+  // Both in view (the world's home is not yet told of the new places).
+  const bounds = table.items.map(i => i.getBounds());
+  const left = Math.min(...bounds.map(b => b.x)), top = Math.min(...bounds.map(b => b.y));
+  const right = Math.max(...bounds.map(b => b.x + b.width));
+  const bottom = Math.max(...bounds.map(b => b.y + b.height));
+  const pad = 0.05 * Math.max(right - left, bottom - top);
+  $('#table').osd.viewport.fitBounds(new OpenSeadragon.Rect(left - pad, top - pad,
+    right - left + 2 * pad, bottom - top + 2 * pad), true);
   tableState();
 }
 
