@@ -330,8 +330,8 @@ def _check_same_layout(path, saved_tree, abstract_state):
   if shown:
     raise ModelMismatchError(
         f'{path} holds a different model or train state than this config builds ({shown}). '
-        'Use a new --workdir, or the config the checkpoint was trained with (see config.json '
-        'in the workdir).')
+        'Use a new --workdir, or the config the checkpoint was trained with (the workdir\'s '
+        'config.json: launch.evaluate and launch.index read it when --config is left out).')
 
 
 def _differences(saved, wanted):

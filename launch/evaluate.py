@@ -3,6 +3,7 @@ writes WORKDIR/eval/metrics.json (every score) and WORKDIR/eval/report.html, and
 table of the headline scores.
 
   python -m launch.evaluate --config configs/grapheme.py:demo --data DATA --workdir DIR
+  python -m launch.evaluate --data DATA --workdir DIR  # the config DIR/config.json records
   python -m launch.evaluate ... --evals test        # one evaluator (its name in config.evals)
 """
 from absl import flags
@@ -15,7 +16,7 @@ EVALS = flags.DEFINE_list('evals', None, 'The entries of config.evals to run (de
 def main(argv):
   del argv
   from bengrapheme import restored, errors
-  config = shared_flags.config()
+  config = shared_flags.config(from_workdir=True)
   unknown = [n for n in EVALS.value or () if n not in config.evals]
   if unknown:
     raise errors.ConfigError(f'--evals {unknown[0]}: expected one of config.evals '

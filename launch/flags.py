@@ -13,10 +13,10 @@ from ml_collections import config_dict, config_flags
 
 CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config file and variant, e.g. configs/grapheme.py:demo; any field can '
-    'be overridden: --config.train.steps=200', lock_config=True)
+    'be overridden: --config.train.steps=200. launch.evaluate and launch.index default to '
+    "the config the workdir's training run recorded (WORKDIR/config.json)", lock_config=True)
 WORKDIR = flags.DEFINE_string('workdir', None, 'Checkpoints, logs and outputs go here.')
 DATA = flags.DEFINE_string('data', None, 'Dataset folder (sets config.data.dir).')
-flags.mark_flag_as_required('config')
 
 
 def unknown_key_message(config, override):
@@ -102,14 +102,27 @@ flags.register_validator('workdir', _workdir_is_given)
 flags.register_validator('workdir', _workdir_is_writable)
 
 
-def config():
-  """The config with --data applied; initialises jax.distributed first when asked to."""
+def config(from_workdir=False):
+  """The config with --data applied; initialises jax.distributed first when asked to. With
+  `from_workdir` and no --config, the one WORKDIR/config.json records (the config its
+  checkpoints were trained with)."""
   from absl import logging
-  from bengrapheme import parallel
+  from bengrapheme import console, errors, parallel
   logging.set_verbosity(logging.WARNING)  # Orbax logs every file it writes at INFO
   parallel.initialize_distributed()
   from bengrapheme import train
   c = CONFIG.value
+  if c is None:
+    workdir = WORKDIR.value
+    if not from_workdir:
+      raise errors.UserError('flag --config: give the config file and variant, e.g. '
+                             '--config configs/grapheme.py:demo')
+    c = train.read_config(workdir)
+    if c is None:
+      raise errors.UserError(f'{workdir} has no config.json (its training run writes one): '
+                             'give the config, e.g. --config configs/fragments.py:demo')
+    console.say(f'Using the config the checkpoints were trained with: '
+                f'{os.path.join(workdir, "config.json")}')
   if DATA.value:
     c.data.dir = DATA.value
   train.load_task(c)  # its validate: a bad value is one line before any work

@@ -1,12 +1,15 @@
 """Indexes a folder of fragment images with a trained encoder, for launch.search.
 
-  python -m launch.index --config configs/fragments.py:demo --workdir W --collection DIR
+  python -m launch.index --workdir W --collection DIR
+
+The config is the one W's training run recorded (W/config.json), or --config's.
 
 Every image under DIR (nested folders, any names; jpg, png or tif; colour or grey; black,
 white or transparent outside the fragment) gets the fragment descriptor of the workdir's
-newest checkpoint, with the post-processing the val split chose for it
-(retrieval/collections/index.py). The index goes to WORKDIR/index (or --index). Rerun after adding or
-removing images: only new or changed ones are embedded. An image that cannot be read is
+newest checkpoint, with the post-processing the val split chose for it (the config's own
+settings, said so, when no choice is recorded; retrieval/collections/index.py). The index
+goes to WORKDIR/index (or --index). Rerun after adding or removing images: only new or
+changed ones are embedded. An image that cannot be read is
 named, counted and left out.
 """
 import os
@@ -25,7 +28,7 @@ def main(argv):
   del argv
   from bengrapheme import console, errors, restored, files
   from retrieval.collections import collection, index
-  config = launch_flags.config()
+  config = launch_flags.config(from_workdir=True)
   if config.task != 'retrieval.fragments.task':
     raise errors.UserError(f'{config.task}: launch.index indexes fragment images; give a '
                            'fragment config (configs/fragments.py:...)')

@@ -136,7 +136,8 @@ def load(path):
 def chosen_settings(config, workdir, step):
   """(settings, where they were chosen): the val split's choice for checkpoint `step`, read
   from WORKDIR/eval/metrics.json or the training log; the config's own settings when it has
-  no split to choose on."""
+  no split to choose on, or no choice recorded for this checkpoint (the second item says
+  which)."""
   if config.eval.aggregation != 'sum':
     raise errors.UserError(f"eval.aggregation={config.eval.aggregation!r}: an index sums "
                            "the patch embeddings ('sum'); VLAD's centres are fitted on a "
@@ -158,11 +159,9 @@ def chosen_settings(config, workdir, step):
       settings.update(whitening_dims=int(settings['whitening_dims']),
                       rerank_k=int(settings['rerank_k']))
       return settings, f'{split} (checkpoint step {step})'
-  raise errors.UserError(
-      f'{workdir}: no choice of the post-processing on split {split!r} is recorded for the '
-      f'checkpoint of step {step}; score it first (python -m launch.evaluate --config ... '
-      f'--data DATA --workdir {workdir}), or index with the config\'s own settings '
-      '(--config.eval.tune_split=)')
+  return evaluate.configured_settings(config), (
+      f'the config, as no choice on split {split!r} is recorded for the checkpoint of step '
+      f'{step} (python -m launch.evaluate --data DATA --workdir {workdir} records one)')
 
 
 # ------------------------------------------------------------------ embedding
