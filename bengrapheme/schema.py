@@ -166,6 +166,20 @@ def check_model_args(config):
                f'the backbone model.name={config.model.name!r}')
 
 
+def task_module(config):
+  """The module config.task names; ConfigError when there is none."""
+  import importlib
+  import importlib.util
+  try:
+    found = bool(config.task) and importlib.util.find_spec(config.task) is not None
+  except ModuleNotFoundError:  # a parent package that does not exist
+    found = False
+  if not found:
+    raise errors.ConfigError(f'task={config.task!r}: no such module; expected the dotted name '
+                             'of a task module (what bengrapheme/protocols.py\'s Task describes)')
+  return importlib.import_module(config.task)
+
+
 def check(config):
   """The core's fields that need no model, before the task's own checks
   (protocols.Validates)."""

@@ -31,7 +31,7 @@ def load_task(config):
   before any data work: the core's fields (bengrapheme/schema.py), the evaluators, the task's
   validate (protocols.Validates) when it has one, then what needs the model's shapes
   (check_model)."""
-  task = protocols.check(importlib.import_module(config.task), protocols.Task,
+  task = protocols.check(schema.task_module(config), protocols.Task,
                          f'task module {config.task!r}')
   schema.check(config)
   evaluators.validate(config, task)

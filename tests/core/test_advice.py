@@ -33,17 +33,18 @@ def flags_in(message):
   return found
 
 
-@pytest.mark.parametrize('module, values', [
-    # Gradient caching with BatchNorm: accept per-chunk statistics, or no accumulation.
-    ('configs.fragments', {'train.grad_accum_steps': 2}),
+@pytest.mark.parametrize('module, variant, values', [
+    # Gradient caching with BatchNorm, on the default fragment encoder: accept per-chunk
+    # statistics, or no accumulation.
+    ('configs.fragments', 'demo', {'train.grad_accum_steps': 2}),
     # An optimizer without weight decay: no decay.
-    ('configs.grapheme', {'train.optimizer': 'sgd'}),
+    ('configs.grapheme', 'test', {'train.optimizer': 'sgd'}),
 ])
-def test_each_suggested_flag_gets_past_the_error(module, values):
+def test_each_suggested_flag_gets_past_the_error(module, variant, values):
   with pytest.raises(errors.ConfigError) as refused:
-    train.load_task(config_of(module, **values))
+    train.load_task(config_of(module, variant, **values))
   for path, value in flags_in(str(refused.value)).items():  # each alternative alone
-    train.load_task(config_of(module, **{**values, path: value}))
+    train.load_task(config_of(module, variant, **{**values, path: value}))
 
 
 def test_a_schedule_argument_train_does_not_give_is_given_as_said():
@@ -101,8 +102,15 @@ def test_a_workdir_indexes_and_evaluates_with_its_own_config(tmp_path, fragment_
                        collection, check=False)
   assert refused.returncode == 1, refused.stdout[-2000:]
   assert "launch.index read it when --config is left out" in refused.stderr, refused.stderr
+  unindexed = run_module('launch.search', '--workdir', workdir, '--query-collection',
+                         check=False)
+  assert unindexed.returncode == 1 and re.search(
+      r'no index; build it first \(python -m launch\.index --workdir W --collection DIR\)',
+      unindexed.stderr), unindexed.stderr
   indexed = run_module('launch.index', '--workdir', workdir, '--collection', collection)
   said = indexed.stdout + indexed.stderr
+  searched = run_module('launch.search', '--workdir', workdir, '--query-collection')
+  assert 'Page:' in searched.stdout
   assert f'Using the config the checkpoints were trained with: {workdir}/config.json' in said
   if variant == 'test':  # its val split would choose the post-processing: not recorded yet
     assert re.search(r"Settings chosen on the config, as no choice on split 'val' is recorded "
@@ -114,3 +122,27 @@ def test_a_workdir_indexes_and_evaluates_with_its_own_config(tmp_path, fragment_
     assert (workdir / 'eval' / 'metrics.json').exists()
   else:
     assert 'Settings chosen on the config (it names no split to tune on)' in said, said
+
+
+@pytest.mark.slow  # a short training run
+def test_without_the_fonts_training_on_the_real_images_alone_works_as_said(tmp_path,
+                                                                          grapheme_data):
+  command = ['launch.train', '--config=configs/grapheme.py:test', '--data', grapheme_data,
+             '--workdir', tmp_path / 'run']
+  env = {'BENGRAPHEME_GOOGLE_FONTS': '/nonexistent/google-fonts'}
+  refused = run_module(*command, env=env, check=False)
+  assert refused.returncode == 1, refused.stdout[-2000:]
+  (flag,) = re.findall(r'--config\.render\.fraction=\S+', refused.stderr)
+  trained = run_module(*command, flag, env=env, check=False)
+  assert trained.returncode == 0, trained.stderr[-3000:]
+
+
+@pytest.mark.slow  # a short training run
+def test_a_maskfeat_batch_lowered_as_said_trains(tmp_path, fragment_data):
+  command = ['launch.train', '--config=configs/maskfeat.py:test', '--data', fragment_data,
+             '--workdir', tmp_path / 'run', '--config.train.steps=2']
+  refused = run_module(*command, '--config.train.batch_size=100000', check=False)
+  assert refused.returncode == 1, refused.stdout[-2000:]
+  (flag,) = re.findall(r'--config\.train\.batch_size=\d+', refused.stderr)
+  trained = run_module(*command, flag, check=False)
+  assert trained.returncode == 0, trained.stderr[-3000:]

@@ -52,6 +52,8 @@ BAD = [
     ('configs.maskfeat', {'maskfeat.hog_pool': 3}, 'a divisor of model.args.patch=4'),
     ('configs.maskfeat', {'data.format': 'kaggle'}, "'folder', 'collection', 'tfds'"),
     # The core's own fields (bengrapheme/schema.py, train.check_model): one row each.
+    ('configs.grapheme', {'task': 'bengrapheme.grapheme.tsk'}, 'no such module'),
+    ('configs.grapheme', {'task': 'bengraphem.grapheme.task'}, 'no such module'),
     ('configs.grapheme', {'seed': -1}, 'an integer in [0, 2**32 - 2]'),
     ('configs.grapheme', {'train.steps': 0}, 'a number of steps >= 1'),
     ('configs.grapheme', {'train.batch_size': 0}, 'a batch size >= 1'),
