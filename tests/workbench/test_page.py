@@ -96,6 +96,11 @@ def test_a_round_worked_by_the_keyboard_alone(browser, bench):
   assert page.inner_text('#progress') == f'4 of {ROUND} (3 decided)'
   page.wait_for_selector('#counts:has-text("3 pairs decided: 1 same hand, 1 different, '
                          '1 unsure")')
+  # The viewer's invert is greyscale, then inverted: parchment turns grey, not navy.
+  page.locator('.pair.current .view .tools button:has-text("invert")').first.click()
+  assert 'grayscale(1) invert(1)' in page.locator('.pair.current .view img').first.evaluate(
+      'img => img.style.filter')
+  page.locator('body').click(position={'x': 5, 'y': 5})
   page.keyboard.press('n')  # the fifth, undecided
   page.keyboard.press('s')
   page.wait_for_selector('#progress:has-text("(4 decided)")')
@@ -212,6 +217,10 @@ def test_the_joining_table_drag_rotate_invert_and_decide(browser, bench):
   assert [i['rotation'] for i in turned['items']] == [4, 90] and turned['inverted']
   assert page.evaluate("getComputedStyle(document.querySelector('#table-canvas canvas'))"
                        ".filter") == 'grayscale(1) invert(1)'
+  page.keyboard.press('f')
+  page.wait_for_function("document.fullscreenElement?.id === 'table'")
+  page.keyboard.press('f')
+  page.wait_for_function('document.fullscreenElement === null')
   page.keyboard.press('s')  # decided from the table
   page.wait_for_selector('#table-status:has-text("same (kept")')
   assert standing(server) == {tuple(sorted((a, b))): ('same', 'Ada')}
@@ -238,4 +247,13 @@ def test_a_search_hit_is_decided_there_and_paging_stops(browser, bench):
   other = hit.get_attribute('data-path')
   assert standing(server) == {tuple(sorted((query, other))): ('different', 'Ada')}
   page.wait_for_selector('#counts:has-text("1 pairs decided")')
+  # One image's round: the image shown once, above its candidates.
+  page.click('#tab-collection')
+  page.locator(f'#thumbs figure[data-path="{query}"] .joins-for').click()
+  page.wait_for_selector('#round-what:has-text("The nearest of")')
+  assert page.locator('#anchor figure').count() == 1
+  cards = page.locator('.pair')
+  assert cards.count() == ROUND and page.locator('.pair .mini').count() == ROUND
+  assert 'nearest 1 of 11' in cards.nth(0).inner_text()
+  assert other not in [cards.nth(k).get_attribute('data-b') for k in range(ROUND)]  # decided
   assert errors == [], errors
