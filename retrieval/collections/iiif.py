@@ -12,7 +12,7 @@ image already fetched is kept: a second run fetches only what is missing.
 
 Each canvas's image is asked of its Image API service at `size` pixels on its longest side:
 'w,' (level 1 or 2: the server scales it), or at level 0 (static files) the smallest of the
-sizes its info.json lists that reaches `size`, or the largest; without a service, the
+sizes its info.json lists that reaches `size`, or the largest, as 'w,h'; without a service, the
 painting annotation's own image. A larger image is scaled down here. A canvas's physical
 dimensions service (physicalScale, physicalUnits), when the manifest has one, gives the
 image's resolution, for the joining table's one physical scale.
@@ -135,7 +135,6 @@ def image_url(body, size):
   base = (service.get('id') or service.get('@id')).rstrip('/')
   info = json.loads(_get(f'{base}/info.json', 'the image information'))
   width, height = int(info['width']), int(info['height'])
-  v3 = 'ImageService3' in str(service.get('type', '')) or '/3/' in str(info.get('@context'))
   from piffle.image import IIIFImageClient
   client = IIIFImageClient(*base.rsplit('/', 1))
   if _level(info.get('profile') or service.get('profile')) >= 1:
@@ -145,8 +144,8 @@ def image_url(body, size):
   if not sizes:
     return body['id']
   w, h = next((s for s in sizes if max(s) >= size), sizes[-1])
-  # Level 0 serves the listed sizes only, in each version's own form of them.
-  return str(client.size(width=w, height=h) if v3 else client.size(width=w))
+  # Level 0 serves the listed sizes only, asked as 'w,h' (Image API 2.1 and 3.0 alike).
+  return str(client.size(width=w, height=h))
 
 
 def resolution(canvas, pixels_wide):
