@@ -13,6 +13,9 @@ trains the chosen settings again:
 
   python -m launch.train --config configs/grapheme.py:demo --flagfile WORKDIR/sweep/chosen.flags \\
       --data DATA --workdir DIR
+
+A trial is a run like any other: `launch.evaluate --workdir WORKDIR/trials/NNN` scores it
+with the config it recorded.
 """
 import sys
 
@@ -37,9 +40,9 @@ flags.mark_flag_as_required('sweep')
 def main(argv):
   del argv
   from bengrapheme import sweep
+  base = shared_flags.config()  # first: it says in one line when --config is missing
   config_arg = config_flags.get_config_filename(flags.FLAGS['config'])
   declared = sweep.declared(config_arg, SWEEP.value)
-  base = shared_flags.config()
   workdir = shared_flags.WORKDIR.value
   given = config_flags.get_override_values(flags.FLAGS['config'])
   command = 'python -m launch.sweep ' + ' '.join(sys.argv[1:])
