@@ -453,7 +453,7 @@ CASES = [
          r"'steps'\?\); valid fields: batch_size, checkpoint_every, .*, steps, "),
     Case('config-section-unknown', 'grapheme', no_damage, train_cli('--config.trian.steps=3'),
          CLIError, r"config has no field 'trian' \(did you mean 'train'\?\); valid fields: aug, "
-         r'data, eval, evals, input, mesh, model, predict, render, seed, task, train, unseen'),
+         r'data, eval, evals, input, loss, mesh, model, predict, render, seed, task, train, unseen'),
     Case('config-value-wrong-type', 'grapheme', no_damage, train_cli('--config.train.steps=ten'),
          CLIError, r'flag --config\.train\.steps=ten: invalid literal for int\(\)'),
     Case('workdir-not-writable', 'grapheme',
