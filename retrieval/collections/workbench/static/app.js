@@ -7,7 +7,12 @@ const BOX = 380;  // px: a viewer's side (app.css .view)
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
-    if (k.startsWith('on')) node.addEventListener(k.slice(2), v);
+    if (k.startsWith('on')) {
+      node.addEventListener(k.slice(2), e => {
+        const done = v(e);
+        done?.catch?.(() => {});  // a refusal was said where it happened (api's `where`)
+      });
+    }
     else if (v !== undefined && v !== null) node.setAttribute(k, v);
   }
   node.append(...children);
