@@ -200,3 +200,17 @@ def test_a_bad_pattern_is_refused_before_the_patch_cache(tmp_path, fragment_data
                                           'no parameter'), result.stderr[-3000:]
   assert took < 10, f'refused after {took:.1f} CPU seconds'
   assert not (tmp_path / 'run').exists()
+
+
+def test_an_evaluator_carries_its_own_settings():
+  """The k-NN probe's power is its own setting (its SETTINGS): MaskFeat's config.eval does not
+  hold it, its evaluator reads the default, and an entry's own key overrides it."""
+  from bengrapheme import evaluators
+  config = with_values('configs.maskfeat', {})
+  task = train.load_task(config)
+  make = evaluators.factory(config, task, 'val')
+  assert 'power' not in config.eval
+  assert evaluators.own_config(config, 'val', make).eval.power == 0.4
+  config = with_values('configs.maskfeat', {'evals.val.power': 0.7})
+  train.load_task(config)
+  assert evaluators.own_config(config, 'val', make).eval.power == 0.7
