@@ -24,9 +24,11 @@ import pytest
 from conftest import ROOT, run_module
 
 STEPS = 16
-# EMA and gradient accumulation on, so that their state is part of what must resume exactly.
+# EMA and gradient accumulation on, so that their state is part of what must resume exactly
+# (with BatchNorm, a coupled loss's chunks by their own statistics: accepted here).
 EXACT = ['--config.train.checkpoint_every=4', '--config.train.log_every=1',
-         '--config.train.ema_decay=0.9', '--config.train.grad_accum_steps=2']
+         '--config.train.ema_decay=0.9', '--config.train.grad_accum_steps=2',
+         '--config.train.per_chunk_batch_stats=True']
 # maskfeat: the pre-training task; saghog: the ViT fine-tune (NetRVLAD centres fitted on the
 # data before step 1, layer-wise decay).
 TASKS = {'grapheme': ('configs/grapheme.py:test', 'grapheme_data'),
