@@ -51,10 +51,10 @@ def resolve(root, relative, indexed):
 
 @functools.lru_cache(maxsize=256)  # thumbnails and the pairs of a round or two
 def png(path, longest, stamp, cutout=False):
-  """PNG bytes of the image as a person sees it (retrieval/collections/collection.py), its longest side
-  at most `longest` px (0: full size); with `cutout`, what lies outside the fragment
-  transparent (the joining table: one fragment's black surround must not hide the other's
-  edge). `stamp` (size, mtime) keys the cache to the file."""
+  """PNG bytes of the image as a person sees it (retrieval/collections/collection.py), its
+  longest side at most `longest` px (0: full size); with `cutout`, what lies outside the
+  fragment transparent (the joining table: one fragment's black surround must not hide the
+  other's edge). `stamp` (size, mtime) keys the cache to the file."""
   del stamp
   try:
     rgba = collection.open_rgba(path)

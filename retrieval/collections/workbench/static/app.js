@@ -300,7 +300,8 @@ function pairCard(pair, k) {
 // The keys of a round, as the page lists them (#keys); not while typing in a field.
 const KEYS = {s: 'same', d: 'different', u: 'unsure'};
 function onKey(e) {
-  if (e.ctrlKey || e.metaKey || e.altKey || ['INPUT', 'TEXTAREA'].includes(e.target.tagName)) return;
+  const typing = ['INPUT', 'TEXTAREA'].includes(e.target.tagName);
+  if (e.ctrlKey || e.metaKey || e.altKey || typing) return;
   if (!$('#table').hidden) return tableKey(e);
   if ($('#joins').hidden) return;
   const card = cardsShown()[current];
@@ -608,7 +609,8 @@ addEventListener('DOMContentLoaded', async () => {
     button.addEventListener('click', () => show(button.dataset.tab));
   }
   $('#next-round').addEventListener('click', nextRound);
-  $('#unsure-queue').addEventListener('click', () => { unsureQueue = true; anchor = ''; nextRound(); });
+  $('#unsure-queue').addEventListener('click', () => {
+    unsureQueue = true; anchor = ''; nextRound(); });
   $('#round-collection').addEventListener('click', () => {
     anchor = ''; unsureQueue = false; nextRound(); });
   $('#prev-page').addEventListener('click', () => { page -= 1; loadPage(); });
