@@ -82,10 +82,13 @@ def check_train(config):
       if key not in GROUP_KEYS:
         raise errors.ConfigError(f'{path}.{key}: not a field of a parameter group'
                                  f'{close_to(key, GROUP_KEYS)}; expected {", ".join(GROUP_KEYS)}')
-    _regex(f'{path}.pattern', group.get('pattern'))
-    _number(f'{path}.lr_scale', group.get('lr_scale', 1.0), 0,
-            allowed='a learning-rate factor >= 0')
-    _number(f'{path}.frozen_steps', group.get('frozen_steps', 0), 0, integer=True,
+    missing = [key for key in GROUP_KEYS if key not in group]
+    if missing:
+      raise errors.ConfigError(f'{path}: no {", ".join(missing)}; a parameter group has '
+                               f'{", ".join(GROUP_KEYS)}')
+    _regex(f'{path}.pattern', group.pattern)
+    _number(f'{path}.lr_scale', group.lr_scale, 0, allowed='a learning-rate factor >= 0')
+    _number(f'{path}.frozen_steps', group.frozen_steps, 0, integer=True,
             allowed='a number of steps >= 0')
   d = t.layer_decay
   _number('train.layer_decay.rate', d.rate, 0, 1, low_open=True,

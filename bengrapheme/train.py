@@ -8,7 +8,6 @@ The train state is a plain pytree (step, params, model_state, opt_state, ema), s
 shards it and Orbax checkpoints it with no framework in between.
 """
 import contextlib
-import importlib
 import inspect
 import json
 import os

@@ -9,6 +9,11 @@ import pytest
 from bengrapheme import errors, train
 from conftest import run_module
 
+def group(**fields):
+  """A parameter group of train.groups, with `fields` changed."""
+  return {'pattern': 'backbone/.*', 'lr_scale': 0.5, 'frozen_steps': 0, **fields}
+
+
 # (config, {field: bad value}, what the message says is allowed): one row per checked field.
 BAD = [
     ('configs.grapheme', {'model.name': 'resnt'}, 'expected one of'),
@@ -76,15 +81,15 @@ BAD = [
     ('configs.grapheme', {'train.grad_accum_steps': 3}, 'a divisor of train.batch_size=16'),
     ('configs.grapheme', {'train.per_chunk_batch_stats': None}, 'expected True or False'),
     ('configs.fragments', {'train.grad_accum_steps': 2}, 'has BatchNorm'),
-    ('configs.grapheme', {'train.groups.trunk': {'pattern': 'backbone/.*', 'lr_scal': 0.5}},
-     "did you mean 'lr_scale'?"),
-    ('configs.grapheme', {'train.groups.trunk': {'pattern': '(backbone'}},
+    ('configs.grapheme', {'train.groups.trunk': group(lr_scal=0.5)}, "did you mean 'lr_scale'?"),
+    ('configs.grapheme', {'train.groups.trunk': {'pattern': 'backbone/.*'}},
+     'no lr_scale, frozen_steps; a parameter group has pattern, lr_scale, frozen_steps'),
+    ('configs.grapheme', {'train.groups.trunk': group(pattern='(backbone')},
      'not a regular expression'),
-    ('configs.grapheme', {'train.groups.trunk': {'pattern': 'backbone/.*', 'lr_scale': -1}},
+    ('configs.grapheme', {'train.groups.trunk': group(lr_scale=-1.0)},
      'a learning-rate factor >= 0'),
-    ('configs.grapheme', {'train.groups.trunk': {'pattern': 'backbone/.*', 'frozen_steps': -1}},
-     'a number of steps >= 0'),
-    ('configs.grapheme', {'train.groups.trunk': {'pattern': 'backbne/.*'}},
+    ('configs.grapheme', {'train.groups.trunk': group(frozen_steps=-1)}, 'a number of steps >= 0'),
+    ('configs.grapheme', {'train.groups.trunk': group(pattern='backbne/.*')},
      'matches no parameter'),
     ('configs.grapheme', {'train.layer_decay.rate': 0.0}, 'a factor in (0, 1]'),
     ('configs.grapheme', {'train.layer_decay.block': 'backbone/.*'}, 'a (group) capturing'),
