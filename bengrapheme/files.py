@@ -217,6 +217,7 @@ def prepared_dir(config, workdir):
   if config.data.cache_dir:
     return config.data.cache_dir
   if is_bucket(workdir):
-    raise ValueError(f'--workdir {workdir} is a bucket, but the prepared data is memory-mapped '
-                     'and must be on a local disk: set --config.data.cache_dir=/local/folder')
+    raise errors.ConfigError(
+        f"data.cache_dir='': --workdir {workdir} is a bucket, but the prepared data is "
+        'memory-mapped and must be on a local disk: set --config.data.cache_dir=/local/folder')
   return str(epath.Path(workdir) / 'prepared')

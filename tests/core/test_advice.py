@@ -146,3 +146,14 @@ def test_a_maskfeat_batch_lowered_as_said_trains(tmp_path, fragment_data):
   (flag,) = re.findall(r'--config\.train\.batch_size=\d+', refused.stderr)
   trained = run_module(*command, flag, check=False)
   assert trained.returncode == 0, trained.stderr[-3000:]
+
+
+def test_a_bucket_workdir_prepares_its_data_where_said(tmp_path):
+  from bengrapheme import files
+  config = config_of('configs.grapheme')
+  with pytest.raises(errors.ConfigError) as refused:
+    files.prepared_dir(config, 'gs://bucket/run')
+  (path, value), = flags_in(str(refused.value)).items()
+  assert path == 'data.cache_dir' and value == '/local/folder'
+  config.data.cache_dir = str(tmp_path / 'local')  # the folder the user names
+  assert files.prepared_dir(config, 'gs://bucket/run') == str(tmp_path / 'local')
