@@ -19,8 +19,7 @@ DATA holds train/ and test/ folders of WID_PID_FID.jpg fragments (the HisFrag20 
   # A scholar's own folder of images (any names, nested, no labels), then index and search it:
   python -m launch.train --config configs/fragments.py:data=collection --data MY_IMAGES \
       --workdir workdirs/mine
-  python -m launch.index --config configs/fragments.py:data=collection --workdir workdirs/mine \
-      --collection MY_IMAGES
+  python -m launch.index --workdir workdirs/mine --collection MY_IMAGES  # its config.json
   python -m launch.search --workdir workdirs/mine --query MY_IMAGES/box3/f12.png
 """
 import ml_collections
