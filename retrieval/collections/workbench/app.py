@@ -64,51 +64,24 @@ class Settings:
   loopback: bool = True
 
 
-class Workbench:
-  """What the app serves: the index, its search, the database."""
+class Indexed:
+  """One index as served: it, its search, its identifiers, its candidate pairs. A request
+  reads one Indexed throughout (Workbench.current), so that a rebuilt index replacing it
+  mid-request cannot mix one index's rows with another's paths."""
 
-  def __init__(self, settings):
-    self.settings = settings
-    self.decisions = db_lib.Decisions(settings.db)
-    self._ranking = threading.Lock()
-    self._loading = threading.Lock()
-    self.embedding = threading.Lock()  # one upload embedded at a time: the model is large
-    self.loaded_stamp, self.reloaded_at = None, None
-    self.refresh()
-
-  def refresh(self):
-    """Loads the index when index.npz is new or was rebuilt since it was loaded (its size and
-    time differ): a rebuilt index is served from the next request on, without a restart.
-    Returns whether it loaded."""
-    path = os.path.join(self.settings.folder, 'index.npz')
-    try:
-      stat = os.stat(path)
-    except FileNotFoundError:
-      if self.loaded_stamp is None:
-        raise
-      return False  # being rebuilt (launch.index writes it whole, then renames): keep this one
-    stamp = stat.st_size, stat.st_mtime_ns
-    if stamp == self.loaded_stamp:
-      return False
-    with self._loading:
-      if stamp == self.loaded_stamp:
-        return False
-      index = index_lib.load(path)
-      paths = index.entries.paths.tolist()
-      self.index, self.root, self.paths = index, index.header['root'], paths
-      self.row_of = {p: r for r, p in enumerate(paths)}
-      self.searcher = search.Searcher.of(index)
-      ident, known = collection.read_identifiers(self.root)
-      # A folder that names no stable id is named by where it is.
-      self.collection_id = ident or pathlib.Path(self.root).resolve().as_uri()
-      self.identifiers = {p: known[p] for p in paths if p in known}
-      with self._ranking:
-        self._candidates = None
-      self._model = None  # (config, model) of the index's checkpoint, restored at an upload
-      if self.loaded_stamp is not None:
-        self.reloaded_at = db_lib.now()
-      self.loaded_stamp = stamp
-    return True
+  def __init__(self, settings, path, embedding):
+    self.settings, self.embedding = settings, embedding
+    self.index = index_lib.load(path)
+    self.root = self.index.header['root']
+    self.paths = self.index.entries.paths.tolist()
+    self.row_of = {p: r for r, p in enumerate(self.paths)}
+    self.searcher = search.Searcher.of(self.index)
+    ident, known = collection.read_identifiers(self.root)
+    # A folder that names no stable id is named by where it is.
+    self.collection_id = ident or pathlib.Path(self.root).resolve().as_uri()
+    self.identifiers = {p: known[p] for p in self.paths if p in known}
+    self._candidates, self._ranking = None, threading.Lock()
+    self._model = None  # (config, model) of the index's checkpoint, restored at an upload
 
   def candidates(self):
     """The collection's closest pairs, ranked at the first call (launch.serve makes it
@@ -143,13 +116,14 @@ class Workbench:
 
   def matches(self, rows, dist):
     """An image's nearest, each with its rank among the `of` other images of the index."""
-    return [dict(path=self.paths[j], distance=round(float(d), 4), rank=k, of=len(self.paths) - 1)
+    return [dict(path=self.paths[j], distance=round(float(d), 4), rank=k,
+                 of=len(self.paths) - 1)
             for k, (j, d) in enumerate(zip(rows.tolist(), dist.tolist()), 1)]
 
   def search_upload(self, name, data, top):
     """The nearest of an uploaded image, embedded with the index's checkpoint and settings
-    (retrieval/collections/search.py's path for a query outside the collection). The file lives in a
-    temporary folder for the embedding only."""
+    (retrieval/collections/search.py's path for a query outside the collection). The file
+    lives in a temporary folder for the embedding only."""
     images.check_upload(name, data)
     safe = ''.join(c if c.isalnum() or c in '._-' else '_' for c in os.path.basename(name))
     with self.embedding, tempfile.TemporaryDirectory(prefix='workbench-query-') as tmp:
@@ -161,6 +135,57 @@ class Workbench:
       q, q_lbp = search.query_vectors(*self._model, self.index, self.searcher, [path])
     rows, dist = self.searcher.nearest(q, q_lbp, top)
     return self.matches(rows[0], dist[0])
+
+
+class Workbench:
+  """What the app serves: the current index (an Indexed), the database."""
+
+  def __init__(self, settings):
+    self.settings = settings
+    self.decisions = db_lib.Decisions(settings.db)
+    self._loading = threading.Lock()
+    self.embedding = threading.Lock()  # one upload embedded at a time: the model is large
+    self.current, self.loaded_stamp, self.reloaded_at = None, None, None
+    self.refresh()
+
+  def refresh(self):
+    """Loads the index when index.npz is new or was rebuilt since it was loaded (its size and
+    time differ): a rebuilt index is served from the next request on, without a restart.
+    Returns whether it loaded."""
+    path = os.path.join(self.settings.folder, 'index.npz')
+    try:
+      stat = os.stat(path)
+    except FileNotFoundError:
+      if self.loaded_stamp is None:
+        raise
+      return False  # being rebuilt (launch.index writes it whole, then renames): keep this one
+    stamp = stat.st_size, stat.st_mtime_ns
+    if stamp == self.loaded_stamp:
+      return False
+    with self._loading:
+      if stamp == self.loaded_stamp:
+        return False
+      self.current = Indexed(self.settings, path, self.embedding)  # one assignment: atomic
+      if self.loaded_stamp is not None:
+        self.reloaded_at = db_lib.now()
+      self.loaded_stamp = stamp
+    return True
+
+  # What launch.serve and the benchmarks read of the current index.
+  def candidates(self):
+    return self.current.candidates()
+
+  @property
+  def paths(self):
+    return self.current.paths
+
+  @property
+  def root(self):
+    return self.current.root
+
+  @property
+  def searcher(self):
+    return self.current.searcher
 
 
 def _json_decision(d):
@@ -221,27 +246,30 @@ def create(settings):
 
   @app.get('/api/info')
   def info():
-    h = bench.index.header
+    cur = bench.current
+    h = cur.index.header
     everything = bench.decisions.all(undone=True)
     counts = dict.fromkeys(db_lib.VERDICTS, 0)
     for d in bench.decisions.standing().values():
       counts[d.verdict] += 1
-    return dict(images=len(bench.paths), root=h['root'], step=h['step'],
+    return dict(images=len(cur.paths), root=h['root'], step=h['step'],
                 checkpoint=h.get('checkpoint'), settings=h['settings'], db=settings.db,
-                round_size=settings.round_size, candidates=len(bench._candidates or ()),
+                round_size=settings.round_size, candidates=len(cur._candidates or ()),
                 decisions=sum(counts.values()), counts=counts,
                 dissent=len(db_lib.dissent(everything)), reloaded_at=bench.reloaded_at,
-                collection=bench.collection_id, identified=len(bench.identifiers))
+                collection=cur.collection_id, identified=len(cur.identifiers))
 
   @app.get('/api/shelfmarks')
   def shelfmarks():
     """{path: shelfmark} of the images the collection names (collection.py)."""
-    return {p: i.shelfmark for p, i in bench.identifiers.items()}
+    cur = bench.current
+    return {p: i.shelfmark for p, i in cur.identifiers.items()}
 
   @app.get('/api/items')
   def items(page: int = 1, per: int = 48, q: str = ''):
+    cur = bench.current
     per = max(1, min(per, 500))
-    chosen = [p for p in bench.paths if q.lower() in p.lower()] if q else bench.paths
+    chosen = [p for p in cur.paths if q.lower() in p.lower()] if q else cur.paths
     pages = max(1, -(-len(chosen) // per))
     page = min(max(page, 1), pages)  # paging stops at either end
     start = (page - 1) * per
@@ -250,7 +278,8 @@ def create(settings):
 
   @app.get('/image')
   def image(path: str, size: int = 0, cutout: bool = False):
-    real = images.resolve(bench.root, path, bench.row_of)
+    cur = bench.current
+    real = images.resolve(cur.root, path, cur.row_of)
     stat = os.stat(real)
     data = images.png(real, max(0, min(size, 4096)), (stat.st_size, stat.st_mtime_ns), cutout)
     return responses.Response(data, media_type='image/png',
@@ -260,9 +289,10 @@ def create(settings):
   def image_info(path: str):
     """An indexed image's size in pixels and its resolution (pixels a centimetre; None when
     not known), for the joining table's one physical scale."""
-    real = images.resolve(bench.root, path, bench.row_of)
+    cur = bench.current
+    real = images.resolve(cur.root, path, cur.row_of)
     width, height, ppcm = images.size_and_resolution(real)
-    known = bench.identifiers.get(path)
+    known = cur.identifiers.get(path)
     if known and known.ppcm:  # the collection's word over the file's tag
       ppcm = known.ppcm
     return dict(path=path, width=width, height=height, ppcm=ppcm,
@@ -270,15 +300,17 @@ def create(settings):
 
   @app.get('/api/search')
   def search_item(path: str, top: int = 20):
-    r = bench.row(path)
-    s = bench.searcher
+    cur = bench.current
+    r = cur.row(path)
+    s = cur.searcher
     rows, dist = s.nearest(s.descriptors[[r]], s.lbp[[r]], max(1, min(top, 500)), exclude=[r])
-    return dict(query=path, matches=bench.matches(rows[0], dist[0]))
+    return dict(query=path, matches=cur.matches(rows[0], dist[0]))
 
   @app.post('/api/search/upload')
   async def search_upload(request: fastapi.Request, name: str = 'query', top: int = 20):
+    cur = bench.current
     data = await images.read_limited(request.stream(), settings.max_upload_bytes, name)
-    found = await run_in_threadpool(bench.search_upload, name, data, max(1, min(top, 500)))
+    found = await run_in_threadpool(cur.search_upload, name, data, max(1, min(top, 500)))
     return dict(query=name, matches=found)
 
   @app.get('/api/round')
@@ -286,26 +318,28 @@ def create(settings):
     """The next round: the collection's closest undecided pairs, one image's nearest (path),
     or the pairs whose standing decision is 'unsure', oldest first (unsure). Each pair's rank
     is its place among the `of` pairs of its list."""
+    cur = bench.current
     size = max(1, min(size or settings.round_size, 200))
     standing = bench.decisions.standing()
-    n = len(bench.paths)
+    n = len(cur.paths)
     if unsure:
       pairs = [dict(a=d.a, b=d.b, distance=d.distance, rank=d.rank, of=None, note=d.note,
                     scholar=d.scholar) for d in standing.values()
-               if d.verdict == 'unsure' and d.a in bench.row_of and d.b in bench.row_of]
+               if d.verdict == 'unsure' and d.a in cur.row_of and d.b in cur.row_of]
       return dict(pairs=pairs[:size], anchor=None, decided=len(standing), left=len(pairs))
     if path:
-      pairs = rounds.image_round(bench.searcher, bench.paths, bench.row(path), set(standing),
+      pairs = rounds.image_round(cur.searcher, cur.paths, cur.row(path), set(standing),
                                  size)
       of = n - 1
     else:
-      pairs = rounds.collection_round(bench.candidates(), bench.paths, set(standing), size)
+      pairs = rounds.collection_round(cur.candidates(), cur.paths, set(standing), size)
       of = n * (n - 1) // 2
     return dict(pairs=[p | dict(of=of) for p in pairs], anchor=path or None,
                 decided=len(standing), left=None)
 
   @app.post('/api/decisions')
   def decide(body: dict = fastapi.Body(...)):
+    cur = bench.current
     try:
       a, b = str(body['a']), str(body['b'])
       verdict, scholar = str(body['verdict']), str(body.get('scholar', ''))
@@ -313,14 +347,14 @@ def create(settings):
       raise images.Refused(422, f'decision: field {e} missing; expected a, b, verdict, scholar')
     if a == b:
       raise images.Refused(422, 'decision: a and b are the same image; expected a pair')
-    (a_size, a_mtime), (b_size, b_mtime) = bench.check_unchanged(a), bench.check_unchanged(b)
+    (a_size, a_mtime), (b_size, b_mtime) = cur.check_unchanged(a), cur.check_unchanged(b)
     distance, rank = body.get('distance'), body.get('rank')
     kept = bench.decisions.add(db_lib.Decision(
         a=a, b=b, a_size=a_size, a_mtime_ns=a_mtime, b_size=b_size, b_mtime_ns=b_mtime,
         verdict=verdict, note=str(body.get('note', '')), scholar=scholar,
         distance=None if distance is None else float(distance),
         rank=None if rank is None else int(rank),
-        checkpoint=bench.index.header.get('checkpoint') or ''))
+        checkpoint=cur.index.header.get('checkpoint') or ''))
     return _json_decision(kept)
 
   @app.post('/api/decisions/{decision_id}/undo')
@@ -349,15 +383,17 @@ def create(settings):
 
   @app.get('/api/export.csv')
   def export_csv():
-    return _download(exchange.to_csv(bench.decisions.all(undone=True), bench.identifiers,
-                                     bench.collection_id), 'text/csv', 'csv')
+    cur = bench.current
+    return _download(exchange.to_csv(bench.decisions.all(undone=True), cur.identifiers,
+                                     cur.collection_id), 'text/csv', 'csv')
 
   @app.get('/api/export.jsonld')
   def export_jsonld():
-    label = f'Decisions on candidate joins of {bench.collection_id}'
+    cur = bench.current
+    label = f'Decisions on candidate joins of {cur.collection_id}'
     return _download(exchange.to_jsonld(bench.decisions.all(undone=True), label,
-                                        bench.identifiers, bench.collection_id,
-                                        bench.index.header.get('checkpoint') or ''),
+                                        cur.identifiers, cur.collection_id,
+                                        cur.index.header.get('checkpoint') or ''),
                      'application/ld+json', 'jsonld')
 
   @app.post('/api/import')
