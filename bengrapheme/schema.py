@@ -38,6 +38,7 @@ def _regex(path, pattern, groups=None):
 
 
 def close_to(name, valid):
+  """' (did you mean X?)' for the entry of `valid` closest to `name`, or ''."""
   close = difflib.get_close_matches(name, valid, n=1)
   return f' (did you mean {close[0]!r}?)' if close else ''
 

@@ -4,12 +4,13 @@ Bad flags stop the run at parsing, before any work, with one line naming the fla
 was expected: a mistyped config key lists the valid keys at its level, and a workdir that
 cannot be written says so.
 """
-import difflib
 import os
 import sys
 
 from absl import flags
 from ml_collections import config_dict, config_flags
+
+from bengrapheme import schema
 
 CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config file and variant, e.g. configs/grapheme.py:demo; any field can '
@@ -28,9 +29,8 @@ def unknown_key_message(config, override):
       return f'{path} holds a {type(node).__name__} value, not fields; no field {key!r}'
     if key not in node:
       valid = sorted(node.keys())
-      close = difflib.get_close_matches(key, valid, n=1)
-      hint = f' (did you mean {close[0]!r}?)' if close else ''
-      return f'{path} has no field {key!r}{hint}; valid fields: {", ".join(valid)}'
+      return (f'{path} has no field {key!r}{schema.close_to(key, valid)}; valid fields: '
+              f'{", ".join(valid)}')
     node, path = node[key], f'{path}.{key}'
   return None
 
