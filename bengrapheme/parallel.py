@@ -8,6 +8,7 @@ import collections
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
@@ -35,6 +36,50 @@ def initialize_distributed():
   elif (os.environ.get('BENGRAPHEME_DISTRIBUTED') == 'auto' or
         ('SLURM_STEP_NODELIST' in os.environ and int(os.environ.get('SLURM_NTASKS', '1')) > 1)):
     jax.distributed.initialize(heartbeat_timeout_seconds=timeout)
+  else:
+    return
+  if jax.default_backend() == 'cpu' and jax.process_count() > 1:
+    connect_collectives()
+
+
+# How far apart (seconds) the processes of a job may reach connect_collectives.
+CONNECT_TIMEOUT_S = 300
+
+
+def connect_collectives():
+  """Connects the processes' CPU collectives (gloo) while every process waits for it.
+
+  gloo connects a group of devices at the first collective over that group, and gives the
+  processes 30 s to all get there, a timeout jax does not expose. Processes that reach it
+  further apart all fail there ('Gloo context initialization failed: DEADLINE_EXCEEDED:
+  GetKeyValue() timed out', 'Connect timeout'), and the one that fails first then fails the
+  job's shutdown barrier, which aborts every process (SIGABRT): on a loaded machine one
+  process of launch.index compiled its model init for 2 min while the other was already at
+  Orbax's first sync. Here the processes compile the two kinds of collective the project runs
+  (multihost_utils' gathers, over the devices of each local index, and reductions over all
+  devices), wait for each other at a barrier of the coordination service (CONNECT_TIMEOUT_S),
+  then run them together; later collectives over the same groups reuse the connections and
+  wait for each other as long as it takes.
+  """
+  from jax._src import distributed  # the job's coordination client; jax has no public name
+  devices = np.array(jax.devices()).reshape(jax.process_count(), jax.local_device_count())
+  # As multihost_utils.process_allgather lays out what it gathers.
+  by_process = jax.sharding.Mesh(devices, ('processes', 'local'))
+  index = jax.make_array_from_process_local_data(NamedSharding(by_process, P('processes')),
+                                                 np.full(1, jax.process_index(), np.int32))
+  gather = jax.jit(lambda x: x, out_shardings=NamedSharding(by_process, P())).lower(index)
+  everywhere = jax.sharding.Mesh(devices.reshape(-1), ('all',))
+  ones = jax.make_array_from_process_local_data(NamedSharding(everywhere, P('all')),
+                                                np.ones(jax.local_device_count(), np.int32))
+  count = jax.jit(jnp.sum, out_shardings=NamedSharding(everywhere, P())).lower(ones)
+  gather, count = gather.compile(), count.compile()
+  distributed.global_state.client.wait_at_barrier('bengrapheme: connect collectives',
+                                                  CONNECT_TIMEOUT_S * 1000)
+  gathered, total = np.asarray(gather(index).addressable_data(0)), int(count(ones))
+  if gathered.tolist() != list(range(jax.process_count())) or total != jax.device_count():
+    raise RuntimeError(f'connecting the collectives: gathered {gathered.tolist()} and counted '
+                       f'{total} devices; expected each process index and '
+                       f'{jax.device_count()}')
 
 
 def mesh_shape(mesh_config, devices):
