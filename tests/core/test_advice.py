@@ -157,3 +157,17 @@ def test_a_bucket_workdir_prepares_its_data_where_said(tmp_path):
   assert path == 'data.cache_dir' and value == '/local/folder'
   config.data.cache_dir = str(tmp_path / 'local')  # the folder the user names
   assert files.prepared_dir(config, 'gs://bucket/run') == str(tmp_path / 'local')
+
+
+def test_a_workdirs_config_json_reads_back_as_the_config_saved(tmp_path):
+  """What launch.evaluate and launch.index use when --config is left out: every variant's
+  config.json reads back equal (sequences as tuples) and locked, as its config file gives it."""
+  for module in ('configs.grapheme', 'configs.fragments', 'configs.maskfeat', 'configs.writer_id'):
+    for variant in importlib.import_module(module).VARIANTS:
+      config = config_of(module, variant)
+      workdir = tmp_path / f'{module}-{variant}'
+      train.save_config(config, str(workdir))
+      read = train.read_config(str(workdir))
+      assert read.to_dict() == config.to_dict(), (module, variant)
+      assert read.is_locked
+  assert train.read_config(str(tmp_path / 'none')) is None
