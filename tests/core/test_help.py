@@ -11,6 +11,8 @@ FLAGS = {'launch.train': ('config', 'workdir', 'data', 'dry_run', 'dry_run_devic
                           'feed_check', 'feed_check_seconds', 'compile_cache', 'traceback'),
          'launch.evaluate': ('config', 'workdir', 'data', 'evals', 'compile_cache', 'traceback'),
          'launch.predict': ('config', 'workdir', 'data', 'compile_cache', 'traceback'),
+         'launch.sweep': ('config', 'workdir', 'data', 'sweep', 'trials', 'storage',
+                          'report_test', 'compile_cache', 'traceback'),
          'launch.score_distances': ('distances', 'data', 'out', 'compile_cache', 'traceback'),
          'launch.index': ('config', 'workdir', 'data', 'collection', 'index', 'compile_cache', 'traceback'),
          'launch.search': ('workdir', 'index', 'query', 'query-collection', 'top', 'out',
