@@ -48,7 +48,9 @@ import time
 
 import filelock
 import jax
+import matplotlib
 import optuna
+from matplotlib.figure import Figure
 
 from bengrapheme import console, errors, files, inference, report, train
 
@@ -56,8 +58,6 @@ KEYS = ('space', 'choose', 'metric', 'direction', 'every', 'trials', 'sampler', 
         'startup_trials', 'evals')
 DEFAULTS = dict(metric='score', direction='maximize', sampler='tpe', pruner='median',
                 startup_trials=4, evals={})
-FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
-            optuna.trial.TrialState.FAIL)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -400,25 +400,31 @@ def chosen_trial(found):
 
 
 def plots(sweep, header, rows):
-  """The choosing metric against each parameter, one chart each (a list's values by their
-  place in it, so tuples and words plot too)."""
-  metric = header[2]
-  charts = []
+  """The choosing metric against each parameter, one chart each, a point a trial: a list's
+  values at their place in it (ticks labelled with the values, so tuples and words plot
+  too), a range on its own (log) axis."""
+  metric, charts = header[2], []
   for i, key in enumerate(sweep['space'], start=5):
     values = sweep['space'][key]
-    points = {}
-    for row in rows:
-      if row[2] == '':
-        continue
-      x = labels(values).index(labels([row[i]])[0]) if isinstance(values, list) else row[i]
-      points.setdefault(row[1], ([], []))
-      points[row[1]][0].append(x)
-      points[row[1]][1].append(row[2])
-    axis = key if not isinstance(values, list) else \
-        f'{key}: ' + ', '.join(f'{j}={v}' for j, v in enumerate(labels(values)))
-    charts.append(report.xy_chart(
-        points=points, title=f'{metric} against {key}', x_label=axis, y_label=metric,
-        log_x=isinstance(values, dict) and values.get('log', False)))
+    with matplotlib.rc_context(report.STYLE_RC):
+      figure = Figure(figsize=(report.WIDTH / 96, report.HEIGHT / 96), dpi=96,
+                      layout='constrained')
+      ax = figure.add_subplot()
+      for state in ('complete', 'pruned'):  # a pruned trial at its last evaluation
+        shown = [row for row in rows if row[1] == state and row[2] != '']
+        xs = [labels(values).index(labels([row[i]])[0]) if isinstance(values, list) else
+              row[i] for row in shown]
+        ax.scatter(xs, [row[2] for row in shown], s=30, label=state,
+                   marker='o' if state == 'complete' else 'x')
+      if isinstance(values, list):
+        ax.set_xticks(range(len(values)), labels(values))
+        ax.set_xlim(-0.5, len(values) - 0.5)
+      elif values.get('log'):
+        ax.set_xscale('log')
+      ax.set_xlabel(key)
+      ax.set_ylabel(metric)
+      charts.append(report._svg(figure, ax, f'{metric} against {key}',  # pylint: disable=protected-access
+                                legend=bool(rows)))
   return charts
 
 
@@ -445,8 +451,9 @@ def write_outputs(found, sweep, workdir, config_arg, given, identity, command):
          *flag_lines({**given, **settings})]) + '\n')
   files.write_atomic(os.path.join(out, 'report.html'), report.page(
       f'Sweep {sweep["name"]}', report.note(summary),
-      report.table(header, [[report.fmt(v) if _is_number(v) else v for v in row]
-                            for row in rows]),
+      # The metric to 4 decimals; a setting as it was set (a learning rate of 0.00236).
+      report.table(header, [[f'{v:.4f}' if i == 2 and _is_number(v) else str(v)
+                             for i, v in enumerate(row)] for row in rows]),
       report.tag('h2', f'{header[2]} against each parameter'),
       report.row(*plots(sweep, header, rows))))
   record = dict(
