@@ -1,8 +1,8 @@
 """Runs every benchmark; writes bench/results.json, the table in docs/benchmarks.md and, in the
 README, every row that has a target.
 
-  python -m bench.run                      # everything, full size (~15 minutes on 2 cores)
-  python -m bench.run --quick              # reduced sizes, a smoke run (~2-3 minutes)
+  python -m bench.run                      # everything, full size (5 turns a row: tens of minutes)
+  python -m bench.run --quick              # reduced sizes, a smoke run (5 turns a row too)
   python -m bench.run --only metrics_speed sharding
   python -m bench.run --only real_sizes   # full-size datasets, ~1 h (not run by default)
 
