@@ -507,6 +507,10 @@ def run(base, sweep, workdir, config_arg, given=None, trials=0, url='', command=
   `given` {path: value}) until the budget is spent, resuming any a dead process left, then
   writes the outputs; returns the study."""
   given = dict(sorted((given or {}).items()))
+  if jax.process_count() > 1:  # each process would claim trials of its own
+    raise errors.UserError(f'launch.sweep runs each trial in one process, not in a job of '
+                           f'{jax.process_count()}: start one sweep process per machine or '
+                           'GPU on the same study instead (docs/sweeps.md)')
   check(sweep, trial_config(base, sweep, {}, workdir))
   os.makedirs(os.path.join(workdir, 'sweep'), exist_ok=True)
   # The overrides change every trial: they are part of what the study is.
