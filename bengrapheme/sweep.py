@@ -245,6 +245,7 @@ def study(sweep, workdir, url, identity):
 
 
 def budget(sweep, trials):
+  """How many trials in all: --trials, else the declaration's; a grid at most its size."""
   size = math.prod(len(v) for v in sweep['space'].values())
   return min(trials or sweep['trials'], size) if sweep['sampler'] == 'grid' else \
       (trials or sweep['trials'])
