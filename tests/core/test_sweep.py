@@ -143,7 +143,8 @@ def test_the_smoke_sweep_runs_and_scores_test_once(config, data, tmp_path, reque
   workdir = str(tmp_path / 'sweep')
   run_module('launch.sweep', *sweep_args(config, 'smoke', data, workdir), timeout=900)
   rows = trials_table(workdir)
-  assert [r['state'] for r in rows] == ['complete', 'complete'] or 'pruned' in rows[1]['state']
+  # The second may fall below the first at its first evaluation (median pruner, 1 startup).
+  assert rows[0]['state'] == 'complete' and rows[1]['state'] in ('complete', 'pruned')
   for row in rows:
     assert os.path.exists(os.path.join(row['workdir'], 'config.json'))
     assert not any(k.startswith('test/') for line in open(os.path.join(row['workdir'],
