@@ -23,7 +23,7 @@ def config():
           weight_decay=0.05, grad_clip=1.0, ema_decay=0.0,
           # Any optax optimizer and schedule by name; the trainer passes lr, warmup_steps,
           # steps, final_lr_fraction and weight_decay to the arguments of theirs that take
-          # them (train.optimizer, train.schedule_fields), *_args any other.
+          # them (train.optimizer, schema.schedule_fields), *_args any other.
           optimizer='adamw', optimizer_args={}, schedule='warmup_cosine_decay_schedule',
           schedule_args={},
           # Micro-batches per step. With BatchNorm each micro-batch is normalised by its own

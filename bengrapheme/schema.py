@@ -114,19 +114,46 @@ def check_train(config):
                              '(first, last) steps with 1 <= first <= last, or (0, 0): none')
 
 
+# Examples for the messages: any optax optimizer (a function taking learning_rate) or
+# schedule may be named.
+OPTIMIZERS = ('adamw', 'adam', 'sgd', 'lamb', 'lion', 'adafactor')
+SCHEDULES = ('warmup_cosine_decay_schedule', 'cosine_decay_schedule', 'linear_schedule',
+             'constant_schedule', 'warmup_exponential_decay_schedule')
+
+
+def schedule_fields(schedule, config):
+  """The arguments of the optax `schedule` that train.* gives, those its signature has: the
+  peak (or start) at train.lr, warm-up over train.warmup_steps, decay over train.steps to
+  train.lr x train.final_lr_fraction."""
+  t = config.train
+  params = inspect.signature(schedule).parameters
+  known = dict(init_value=0.0 if 'peak_value' in params else t.lr, peak_value=t.lr,
+               value=t.lr, warmup_steps=t.warmup_steps,
+               decay_steps=max(t.steps, t.warmup_steps + 1), transition_steps=t.steps,
+               end_value=t.lr * t.final_lr_fraction, alpha=t.final_lr_fraction)
+  return {k: v for k, v in known.items() if k in params}
+
+
+def optimizer_fields(opt, config, mask):
+  """The arguments of the optax optimizer `opt` that train.* gives, those it takes: weight
+  decay (train.weight_decay) and the mask of the parameters it applies to."""
+  params = inspect.signature(opt).parameters
+  return {k: v for k, v in dict(weight_decay=config.train.weight_decay, mask=mask).items()
+          if k in params}
+
+
 def check_optimizer(config):
   """train.optimizer and train.schedule name optax functions; their arguments fit them."""
   import optax
-  from bengrapheme import train
   t = config.train
   opt = getattr(optax, t.optimizer, None) if isinstance(t.optimizer, str) else None
   if not callable(opt) or 'learning_rate' not in inspect.signature(opt).parameters:
     raise errors.ConfigError(
         f'train.optimizer={t.optimizer!r}: expected the name of an optax optimizer that takes '
-        f"a learning_rate{close_to(str(t.optimizer), train.OPTIMIZERS)}, e.g. "
-        f'{", ".join(train.OPTIMIZERS)}')
+        f"a learning_rate{close_to(str(t.optimizer), OPTIMIZERS)}, e.g. "
+        f'{", ".join(OPTIMIZERS)}')
   keyword_args('train.optimizer_args', t.optimizer_args, opt, f'optax.{t.optimizer}',
-               taken=('learning_rate', *train.optimizer_fields(opt, config, None)))
+               taken=('learning_rate', *optimizer_fields(opt, config, None)))
   if t.weight_decay and 'weight_decay' not in inspect.signature(opt).parameters:
     raise errors.ConfigError(
         f'train.weight_decay={t.weight_decay}: optax.{t.optimizer} takes no weight_decay; '
@@ -135,9 +162,9 @@ def check_optimizer(config):
   if not callable(sched) or not t.schedule.endswith('schedule'):
     raise errors.ConfigError(
         f'train.schedule={t.schedule!r}: expected the name of an optax schedule'
-        f'{close_to(str(t.schedule), train.SCHEDULES)}, e.g. {", ".join(train.SCHEDULES)}')
+        f'{close_to(str(t.schedule), SCHEDULES)}, e.g. {", ".join(SCHEDULES)}')
   keyword_args('train.schedule_args', t.schedule_args, sched, f'optax.{t.schedule}')
-  given = {**train.schedule_fields(sched, config), **t.schedule_args}
+  given = {**schedule_fields(sched, config), **t.schedule_args}
   missing = [n for n, p in inspect.signature(sched).parameters.items()
              if p.default is p.empty and n not in given]
   if missing:

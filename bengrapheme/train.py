@@ -8,7 +8,6 @@ The train state is a plain pytree (step, params, model_state, opt_state, ema), s
 shards it and Orbax checkpoints it with no framework in between.
 """
 import contextlib
-import inspect
 import json
 import os
 import re
@@ -76,34 +75,6 @@ def path_name(path):
   return '/'.join(str(k) for k in keys if k is not None)  # not a Variable's '.value'
 
 
-# Examples for the messages: any optax optimizer (a function taking learning_rate) or
-# schedule may be named.
-OPTIMIZERS = ('adamw', 'adam', 'sgd', 'lamb', 'lion', 'adafactor')
-SCHEDULES = ('warmup_cosine_decay_schedule', 'cosine_decay_schedule', 'linear_schedule',
-             'constant_schedule', 'warmup_exponential_decay_schedule')
-
-
-def schedule_fields(schedule, config):
-  """The arguments of the optax `schedule` that train.* gives, those its signature has: the
-  peak (or start) at train.lr, warm-up over train.warmup_steps, decay over train.steps to
-  train.lr x train.final_lr_fraction."""
-  t = config.train
-  params = inspect.signature(schedule).parameters
-  known = dict(init_value=0.0 if 'peak_value' in params else t.lr, peak_value=t.lr,
-               value=t.lr, warmup_steps=t.warmup_steps,
-               decay_steps=max(t.steps, t.warmup_steps + 1), transition_steps=t.steps,
-               end_value=t.lr * t.final_lr_fraction, alpha=t.final_lr_fraction)
-  return {k: v for k, v in known.items() if k in params}
-
-
-def optimizer_fields(opt, config, mask):
-  """The arguments of the optax optimizer `opt` that train.* gives, those it takes: weight
-  decay (train.weight_decay) and the mask of the parameters it applies to."""
-  params = inspect.signature(opt).parameters
-  return {k: v for k, v in dict(weight_decay=config.train.weight_decay, mask=mask).items()
-          if k in params}
-
-
 def optimizer(config):
   """train.optimizer (an optax name, with train.optimizer_args) on train.schedule (an optax
   schedule's name, with train.schedule_args), after global-norm clipping; the learning rate
@@ -111,7 +82,7 @@ def optimizer(config):
   when asked. The default: AdamW, linear warm-up and cosine decay."""
   t = config.train
   make_schedule = getattr(optax, t.schedule)
-  schedule = make_schedule(**{**schedule_fields(make_schedule, config), **t.schedule_args})
+  schedule = make_schedule(**{**schema.schedule_fields(make_schedule, config), **t.schedule_args})
   # No weight decay on norm scales and biases (vectors), as is standard for ResNets, nor on
   # the parameters train.no_decay matches (a ViT's position table and class token, say).
   def decay_mask(params):
@@ -119,8 +90,9 @@ def optimizer(config):
       return p.ndim > 1 and not (t.no_decay and re.fullmatch(t.no_decay, path_name(path)))
     return jax.tree_util.tree_map_with_path(decayed, params)
   opt = getattr(optax, t.optimizer)
+  fields = schema.optimizer_fields(opt, config, decay_mask)
   tx = optax.chain(optax.clip_by_global_norm(t.grad_clip),
-                   opt(schedule, **optimizer_fields(opt, config, decay_mask), **t.optimizer_args))
+                   opt(schedule, **fields, **t.optimizer_args))
   if t.groups:
     # Scaling AdamW's update scales a group's learning rate, weight decay included. Only
     # then is it in the chain, so other runs keep their optimizer state's layout. After a
