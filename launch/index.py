@@ -1,6 +1,7 @@
 """Indexes a folder of fragment images with a trained encoder, for launch.search.
 
   python -m launch.index --workdir W --collection DIR
+  python -m launch.index --workdir W --manifest MANIFEST.json|URL [--iiif_size 1500]
 
 The config is the one W's training run recorded (W/config.json), or --config's.
 
@@ -10,7 +11,9 @@ newest checkpoint, with the post-processing the val split chose for it (the conf
 settings, said so, when no choice is recorded; retrieval/collections/index.py). The index
 goes to WORKDIR/index (or --index). Rerun after adding or removing images: only new or
 changed ones are embedded. An image that cannot be read is
-named, counted and left out.
+named, counted and left out. A IIIF manifest's canvas images are fetched once into
+W/iiif/ with their shelfmarks and canvas IRIs (retrieval/collections/iiif.py), then indexed
+as that folder.
 """
 import os
 
@@ -20,8 +23,13 @@ from launch import cli, flags as launch_flags
 
 COLLECTION = flags.DEFINE_string(
     'collection', None, 'The folder of fragment images to index (nested folders, any names).')
+MANIFEST = flags.DEFINE_string(
+    'manifest', None, 'Instead of --collection: a IIIF Presentation manifest (3.0 or 2.1; a '
+    'file or an http(s) URL) whose canvases are fetched into WORKDIR/iiif, then indexed.')
+IIIF_SIZE = flags.DEFINE_integer('iiif_size', 1500, 'With --manifest: pixels on the longest '
+                                 'side of each image fetched.')
 INDEX = flags.DEFINE_string('index', None, 'The index folder (default: WORKDIR/index).')
-flags.mark_flag_as_required('collection')
+flags.mark_flags_as_mutual_exclusive(['collection', 'manifest'], required=True)
 
 
 def main(argv):
@@ -36,7 +44,11 @@ def main(argv):
   folder = INDEX.value or os.path.join(workdir, 'index')
   if files.is_bucket(folder):
     raise errors.UserError(f'{folder}: an index is written to a local folder; pass --index DIR')
-  listing = collection.list_images(COLLECTION.value)  # before the model, which takes a while
+  source = COLLECTION.value
+  if MANIFEST.value:  # fetched (or found fetched) before the model, which takes a while
+    from retrieval.collections import iiif
+    source = iiif.fetch(MANIFEST.value, workdir, IIIF_SIZE.value)
+  listing = collection.list_images(source)  # before the model, which takes a while
   _, model = restored.trained_model(config, workdir)
   built, counts = index.build(config, model, workdir, listing, folder)
   console.show(

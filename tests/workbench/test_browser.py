@@ -247,17 +247,15 @@ def test_every_acknowledged_decision_survives_a_kill_during_a_round(browser, ser
 
 def test_a_iiif_manifest_indexed_served_and_exported_with_canvas_targets(browser, built,
                                                                          tmp_path):
-  from retrieval.collections import iiif
   from test_iiif import ImageServer
   workdir, _, _ = built
   images = ImageServer(tmp_path, count=4)
-  try:
-    folder = iiif.fetch(f'{images.base}/m3.json', str(tmp_path / 'cache'), size=300)
+  index = str(tmp_path / 'index')
+  try:  # one command: the manifest's images fetched into the workdir, then indexed
+    run_module('launch.index', CONFIG, '--workdir', workdir, '--manifest',
+               f'{images.base}/m3.json', '--iiif_size', 300, '--index', index)
   finally:
     images.stop()
-  index = str(tmp_path / 'index')
-  run_module('launch.index', CONFIG, '--workdir', workdir, '--collection', folder, '--index',
-             index)
   server = Server((workdir, index, None), str(tmp_path / 'decisions.sqlite'))
   server.start()
   try:
