@@ -41,7 +41,7 @@ def demo_config(data_dir, cache_dir):
   from configs import fragments
   config = fragments.get_config('demo')
   config.unlock()
-  config.eval.update(tune_split='', power=0.7, fusion_weight=0.25)
+  config.eval.update(tune_split='', export_method='configured', power=0.7, fusion_weight=0.25)
   config.data.dir, config.data.cache_dir = data_dir, cache_dir
   return config
 
