@@ -16,7 +16,8 @@ import sys
 
 import pytest
 
-from conftest import CHROMIUM, ROOT, needs_chromium, run_module
+from conftest import ROOT, needs_chromium, run_module
+from workbench_helpers import browser  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.slow, needs_chromium]
 CONFIG = '--config=configs/fragments.py:test'
@@ -65,16 +66,6 @@ def server(built, tmp_path):
   yield s
   if s.process.poll() is None:
     s.kill()
-
-
-@pytest.fixture(scope='module')
-def browser():
-  from playwright.sync_api import sync_playwright
-  with sync_playwright() as p:
-    # Debian's chromium, not a downloaded one; as root it needs --no-sandbox.
-    b = p.chromium.launch(executable_path=CHROMIUM, args=['--no-sandbox'])
-    yield b
-    b.close()
 
 
 def open_page(browser, address, scholar, errors):

@@ -15,21 +15,11 @@ import sqlite3
 
 import pytest
 
-from conftest import CHROMIUM, needs_chromium
-from workbench_helpers import Served, write_index
+from conftest import needs_chromium
+from workbench_helpers import Served, browser, write_index  # noqa: F401 (a fixture)
 
 pytestmark = needs_chromium
 ROUND = 8
-
-
-@pytest.fixture(scope='module')
-def browser():
-  from playwright.sync_api import sync_playwright
-  with sync_playwright() as p:
-    # Debian's chromium, not a downloaded one; as root it needs --no-sandbox.
-    b = p.chromium.launch(executable_path=CHROMIUM, args=['--no-sandbox'])
-    yield b
-    b.close()
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from conftest import CHROMIUM
 from retrieval.collections import index as index_lib
 from retrieval.features import pca
 
@@ -117,3 +118,13 @@ def served(collection, tmp_path):
   server = Served(settings)
   yield server
   server.stop()
+
+
+@pytest.fixture(scope='module')
+def browser():
+  """Debian's chromium, not a downloaded one; as root it needs --no-sandbox."""
+  from playwright.sync_api import sync_playwright
+  with sync_playwright() as p:
+    b = p.chromium.launch(executable_path=CHROMIUM, args=['--no-sandbox'])
+    yield b
+    b.close()
