@@ -1,6 +1,6 @@
 """HisFrag20 as a TFDS dataset in ArrayRecord files, built and read without TensorFlow.
 
-  python -m retrieval.tfds_hisfrag20 --manual_dir DATA --data_dir TFDS_DIR
+  python -m retrieval.fragments.tfds_hisfrag20 --manual_dir DATA --data_dir TFDS_DIR
 
 builds TFDS_DIR/hisfrag20/1.0.0/ from DATA/train/ and DATA/test/ folders of WID_PID_FID.jpg
 fragments. Training reads it with `--config.data.format=tfds --config.data.tfds_dir=TFDS_DIR`.
@@ -88,7 +88,8 @@ class TfdsFragmentSource(reader.FragmentSource):
     builder = Hisfrag20(data_dir=data_dir)
     if not builder.is_prepared():
       raise FileNotFoundError(f'{data_dir}: no {NAME} TFDS build; make one with `python -m '
-                              f'retrieval.tfds_hisfrag20 --manual_dir DATA --data_dir {data_dir}`')
+                              f'retrieval.fragments.tfds_hisfrag20 --manual_dir DATA '
+                              f'--data_dir {data_dir}`')
     folder = os.path.join(builder.data_dir, split)
     fragments = [reader.Fragment(os.path.join(folder, name), *reader.parse_name(name))
                  for name in builder.info.metadata[split]]

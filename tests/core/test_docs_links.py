@@ -112,3 +112,36 @@ def test_no_project_file_names_a_tracker_issue():
       ['git', 'grep', '-nIiE', r"\bissues? [0-9]+\b|\bthe issue('s)?\b", '--', '.',
        ':!tests/', ':!.ci/'], cwd=ROOT, capture_output=True, text=True).stdout
   assert found == '', found
+
+
+# The project's own top-level packages: a `python -m` of one of them must name a module that
+# is there (pip, pytest and the like are someone else's).
+PACKAGES = ('bengrapheme', 'retrieval', 'launch', 'bench', 'experiments', 'configs')
+COMMAND = re.compile(r'python3? -m ((?:%s)(?:\.\w+)*)' % '|'.join(PACKAGES))
+
+
+def missing_modules(text):
+  """The modules `python -m X` names in `text` that are neither X.py nor X/__main__.py."""
+  return sorted({m for m in COMMAND.findall(text)
+                 if not any(part.isupper() for part in m.split('.'))  # python -m bench.NAME
+                 and not os.path.isfile(os.path.join(ROOT, *m.split('.')) + '.py')
+                 and not os.path.isfile(os.path.join(ROOT, *m.split('.'), '__main__.py'))})
+
+
+def test_every_python_m_command_names_a_module_that_is_there():
+  """What a message, a docstring or a page tells the user to run (errors quote these)."""
+  tracked = subprocess.run(['git', 'ls-files', '*.py', '*.md', 'Makefile', '*.sh', '*.sbatch',
+                            ':!tests/'], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.split()
+  missing = {}
+  for path in tracked:
+    with open(os.path.join(ROOT, path), encoding='utf-8') as f:
+      if found := missing_modules(f.read()):
+        missing[path] = found
+  assert missing == {}
+
+
+def test_a_command_of_a_moved_module_is_found():
+  assert missing_modules('run `python -m retrieval.tfds_hisfrag20 --data_dir D` or '
+                         'python -m launch.train, python -m experiments.NAME, python -m pip install x') == [
+                             'retrieval.tfds_hisfrag20']
