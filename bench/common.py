@@ -51,12 +51,28 @@ def load_average():
   return os.getloadavg()[0]
 
 
+# How long a row waits for the machine to quiet down before its turns. The 1-minute load
+# average also counts the bench's own compiling and setting up just before; left alone a
+# few seconds, it falls below the cores unless other processes keep it up (then: busy).
+QUIET_SECONDS = float(os.environ.get('BENCH_QUIET_SECONDS', 180))
+
+
+def quiet_load_average(cores=None, timeout=None):
+  """The 1-minute load average once it is at most the core count, or when `timeout`
+  seconds have passed (then above it: the verdict is 'busy')."""
+  cores = cores or os.cpu_count()
+  deadline = time.monotonic() + (QUIET_SECONDS if timeout is None else timeout)
+  while (load := load_average()) > cores and time.monotonic() < deadline:
+    time.sleep(1)
+  return load
+
+
 def interleaved(contenders, repeats):
   """{name: fn} -> Turns {name: (fastest seconds, last result)}, running the fns in turns.
 
   A fn is timed around its call, unless it returns `Timed`.
   """
-  before, each, last = load_average(), [], {}
+  before, each, last = quiet_load_average(), [], {}
   for _ in range(repeats):
     turn = {}
     for name, fn in contenders.items():
@@ -215,7 +231,7 @@ def time_workers(workers, repeats):
   (or killed, on an error) before this returns.
   """
   try:
-    before, each, last = load_average(), [], {}
+    before, each, last = quiet_load_average(), [], {}
     for _ in range(repeats):
       turn = {}
       for name, worker in workers.items():

@@ -132,7 +132,7 @@ def grapheme_benchmarks(workdir, n, repeats):
   # cache dir, 2n images' worth of batches of the trainer's pipeline over the first
   # conversion, read record by record (the reference) and a batch at a time.
   times = dict(load=[], batches=[], prepare=[], reference=[], grain=[])
-  real, load = None, common.load_average()
+  real, load = None, common.quiet_load_average()
   count = 2 * n // batch  # batches timed
   for r in range(repeats):
     start = time.perf_counter()

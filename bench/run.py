@@ -175,8 +175,9 @@ def table(results):
       'versions and every turn). Each ratio is against the reference measured in the same '
       'run, in turns with it: the median of the turns, then the lowest and highest turn; '
       'higher is better. A verdict needs every turn to agree (pass: the worst turn clears the '
-      'target; miss: not even the best does; within noise: some do); busy: the load average '
-      'at the start exceeded the cores, no verdict.',
+      'target; miss: not even the best does; within noise: some do); busy: the 1-minute load '
+      'average still exceeded the cores after up to 3 minutes of waiting before the turns '
+      '(other processes shared them), no verdict.',
   ]
   if quick:
     lines.append('')

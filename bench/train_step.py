@@ -113,7 +113,7 @@ def jax_setup(case, augment, steps, compiles=1):
   # Compiled afresh each time, with no cache in memory or on disk to hand back the last
   # executable, so that the compile time has a spread like every other timed figure.
   jax.config.update('jax_enable_compilation_cache', False)
-  compile_s, load = [], [common.load_average()]
+  compile_s, load = [], [common.quiet_load_average()]
   for _ in range(compiles):
     jax.clear_caches()
     start = time.perf_counter()

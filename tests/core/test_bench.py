@@ -24,6 +24,24 @@ FAKE = textwrap.dedent("""
 """)
 
 
+@pytest.fixture(autouse=True)
+def no_waiting(monkeypatch):
+  """The machinery's checks time nothing: they do not wait for a quiet machine."""
+  monkeypatch.setattr(common, 'QUIET_SECONDS', 0)
+
+
+def test_turns_wait_for_the_load_of_the_setting_up_to_fall(monkeypatch):
+  """The load average just after compiling counts the bench's own work: a row waits for it
+  to fall to the cores before its turns, and is busy only if it does not in time."""
+  falling = iter([3.5, 2.9, 2.1, 1.4, 1.2])
+  monkeypatch.setattr(common, 'load_average', lambda: next(falling))
+  monkeypatch.setattr(common.time, 'sleep', lambda s: None)
+  assert common.quiet_load_average(cores=2, timeout=60) == 1.4
+  monkeypatch.setattr(common, 'load_average', lambda: 3.5)
+  assert common.quiet_load_average(cores=2, timeout=0) == 3.5
+  assert common.verdict([True] * 5, 3.5, cores=2) == 'busy'
+
+
 @pytest.fixture
 def fake_modules(tmp_path, monkeypatch):
   package = tmp_path / 'fakebench'
