@@ -55,9 +55,9 @@ from matplotlib.figure import Figure
 from bengrapheme import console, errors, files, inference, report, train
 
 KEYS = ('space', 'choose', 'metric', 'direction', 'every', 'trials', 'sampler', 'pruner',
-        'startup_trials', 'evals')
+        'startup_trials', 'evals', 'baseline')
 DEFAULTS = dict(metric='score', direction='maximize', sampler='tpe', pruner='median',
-                startup_trials=4, evals={})
+                startup_trials=4, evals={}, baseline=False)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -121,6 +121,8 @@ def check(sweep, config):
         except (KeyError, AttributeError, TypeError, ValueError) as e:
           raise errors.ConfigError(f'{where}: space[{key!r}]: config.{path} cannot take '
                                    f'{value!r} ({e})') from None
+  if sweep['baseline']:
+    baseline_params(sweep, config)  # the config's own values must lie in the space
   choose = sweep.get('choose')
   if choose not in config.evals:
     raise errors.ConfigError(f'{where}: choose={choose!r}; expected an entry of config.evals '
@@ -135,6 +137,28 @@ def check(sweep, config):
     raise errors.ConfigError(f'{where}: evals.{choose}.data={entry.data!r}: no such folder; '
                              'expected the dataset folder it chooses on (write it first: the '
                              "config's get_sweeps says how)")
+
+
+def baseline_params(sweep, config):
+  """The trial of the config's own settings (optuna's params), trial 0 of a sweep declared
+  with baseline=True: the table then shows whether any setting it tries beats today's."""
+  params = {}
+  for key, values in sweep['space'].items():
+    path = key.split(',')[0]
+    node = config
+    for part in path.split('.'):
+      node = node[part]
+    value = tuple(node) if isinstance(node, (list, tuple)) else node
+    if isinstance(values, dict):
+      inside = values['low'] <= value <= values['high']
+    else:
+      inside = value in values
+    if not inside:
+      raise errors.ConfigError(f'sweep {sweep["name"]!r}: baseline=True, but config.{path}='
+                               f'{value!r} lies outside space[{key!r}]={values!r}; widen the '
+                               'space or drop the baseline')
+    params[key] = value if isinstance(values, dict) else labels(values)[values.index(value)]
+  return params
 
 
 def set_field(config, path, value):
@@ -214,7 +238,7 @@ def storage(workdir, url):
   return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(path))
 
 
-def study(sweep, workdir, url, identity):
+def study(sweep, workdir, url, identity, base=None):
   """The sweep's study, made on first use; refused when W's study was made for another
   config, sweep or space (two sweeps would mix their trials)."""
   optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -232,6 +256,8 @@ def study(sweep, workdir, url, identity):
                               load_if_exists=True)
   if 'identity' not in found.user_attrs:
     with filelock.FileLock(os.path.join(workdir, 'sweep', 'claim.lock')):
+      if sweep['baseline'] and not found.get_trials(deepcopy=False):
+        found.enqueue_trial(baseline_params(sweep, base), user_attrs={'baseline': True})
       if sweep['sampler'] == 'grid' and not found.get_trials(deepcopy=False):
         keys = list(sweep['space'])
         for combination in itertools.product(*(labels(sweep['space'][k]) for k in keys)):
@@ -379,7 +405,7 @@ def table(found, sweep):
   seconds, each parameter's value."""
   params = list(sweep['space'])
   header = ['trial', 'state', f'{sweep["choose"]}/{sweep["metric"]}', 'step', 'seconds',
-            *params, 'workdir']
+            *params, 'baseline', 'workdir']
   rows = []
   for t in found.get_trials(deepcopy=False):
     if 'workdir' not in t.user_attrs:
@@ -390,7 +416,8 @@ def table(found, sweep):
     settings = {k: values_of(sweep, {k: v})[k.split(',')[0]] for k, v in t.params.items()}
     rows.append([t.number, t.state.name.lower(), '' if value is None else value, step,
                  round(t.user_attrs.get('seconds', 0.0), 1),
-                 *[settings.get(p, '') for p in params], t.user_attrs['workdir']])
+                 *[settings.get(p, '') for p in params],
+                 'yes' if t.user_attrs.get('baseline') else '', t.user_attrs['workdir']])
   return header, rows
 
 
@@ -517,7 +544,7 @@ def run(base, sweep, workdir, config_arg, given=None, trials=0, url='', command=
   # The overrides change every trial: they are part of what the study is.
   identity = ' '.join([config_arg, 'sweep', sweep['name'], *flag_lines(given),
                        repr(sweep['space'])])
-  found = study(sweep, workdir, url, identity)
+  found = study(sweep, workdir, url, identity, base)
   limit = budget(sweep, trials)
   while True:
     claimed = claim(found, sweep, workdir, limit)

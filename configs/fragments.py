@@ -212,7 +212,7 @@ def get_sweeps(arg='demo'):
                'input.max_patches': [32, 48, 96],
                'input.scales,input.eval_scales': [(1.0,), (0.85, 1.0, 1.2), (0.7, 1.0, 1.4)]},
         choose='valfam', metric='score', every=300, trials=12, sampler='tpe',
-        pruner='median',
+        pruner='median', baseline=True,
         evals={'valfam': dict(type='fragments', split='test',
                               data='data/fragment-family/valfam', export_distances=False)})}
   if a.size == 'test':

@@ -143,7 +143,8 @@ def get_sweeps(arg='demo'):
     return {'lr_tau': dict(
         space={'train.lr': dict(low=8e-3, high=6.4e-2, log=True),
                'predict.tau': [0.0, 0.25, 0.5, 0.75, 1.0]},
-        choose='val', metric='score', every=1000, trials=12, sampler='tpe', pruner='median')}
+        choose='val', metric='score', every=1000, trials=12, sampler='tpe', pruner='median',
+        baseline=True)}
   if size == 'test':
     return {'smoke': dict(space={'train.lr': [1e-3, 1e-2]}, choose='val', every=4, trials=2,
                           sampler='grid', pruner='median', startup_trials=1)}
