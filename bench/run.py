@@ -7,8 +7,9 @@ README, every row that has a target.
   python -m bench.run --only real_sizes   # full-size datasets, ~1 h (not run by default)
 
 Each module runs in a fresh Python process (no jax state, compiled code or memory carries
-over from one to the next); a module that fails is reported and the others still run. With
---only, the other modules' rows in results.json are kept, so the table stays complete.
+over from one to the next); a module that fails is reported and the others still run. The
+rows of the modules a run leaves out stay in results.json (with --only, every other module;
+in a full run, real_sizes), so the table stays complete.
 
 Contract for a bench module (bench/NAME.py, listed in MODULES):
 
@@ -250,6 +251,14 @@ def write_table(path, text, markers=(BEGIN, END)):
   files.write_atomic(path, page)
 
 
+def kept(previous, names):
+  """The rows and module entries of `previous` (a results.json) that a run of the modules
+  `names` leaves in place: every other module's, the on-request ones (real_sizes) included,
+  which a full run does not measure."""
+  return dict(results=[r for r in previous['results'] if r.get('module') not in names],
+              modules={n: m for n, m in previous['modules'].items() if n not in names})
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--quick', action='store_true', help='reduced sizes (a smoke run)')
@@ -267,9 +276,9 @@ def main():
 
   names = args.only or list(MODULES)
   results = dict(results=[], modules={})
-  if args.only and os.path.exists(args.results):
+  if os.path.exists(args.results):
     with open(args.results) as f:
-      results = json.load(f)
+      results = kept(json.load(f), names)
   started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
   info, code = machine(), commit()
   for name in names:

@@ -189,3 +189,16 @@ def test_interleaved_takes_turns_and_keeps_each():
   assert [t['b'] for t in turns.each] == [0.5, 0.25, 0.75]
   assert turns['b'] == (0.25, 'y') and turns['a'][1] == 'x' and turns['a'][0] < 0.25
   assert all(np.isfinite(t['a']) for t in turns.each) and len(turns.load) == 2
+
+
+def test_a_run_keeps_the_rows_of_the_modules_it_leaves_out():
+  """A full run replaces its modules' rows and keeps real_sizes' (run only on request)."""
+  previous = dict(results=[dict(module='train_step', name='a'), dict(module='real_sizes',
+                                                                      name='b')],
+                  modules=dict(train_step={}, real_sizes={}))
+  full = run.kept(previous, list(run.MODULES))
+  assert full == dict(results=[dict(module='real_sizes', name='b')],
+                      modules=dict(real_sizes={}))
+  only = run.kept(previous, ['real_sizes'])
+  assert only == dict(results=[dict(module='train_step', name='a')],
+                      modules=dict(train_step={}))
