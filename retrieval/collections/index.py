@@ -111,6 +111,14 @@ def save(path, index):
                    **_pca_arrays(index.lbp_pca)})
 
 
+class Unreadable(errors.UserError):
+  """An index.npz this version cannot read: damaged, or of another layout (`why`)."""
+
+  def __init__(self, path, why):
+    super().__init__(f'{path}: {why}; rebuild it with python -m launch.index')
+    self.why = why
+
+
 def load(path):
   """The Index in `path` (an index.npz); UserError naming it when it is missing or damaged."""
   if not os.path.isfile(path):
@@ -122,11 +130,9 @@ def load(path):
     header = json.loads(str(arrays.pop('header')))
     entries = Entries(*[arrays[f.name] for f in dataclasses.fields(Entries)])
   except (OSError, ValueError, KeyError) as e:
-    raise errors.UserError(f'{path}: not an index this version reads ({e}); rebuild it with '
-                           'python -m launch.index') from e
+    raise Unreadable(path, f'not an index this version reads ({e})') from e
   if header.get('layout') != LAYOUT:
-    raise errors.UserError(f'{path}: index layout {header.get("layout")}, this version reads '
-                           f'{LAYOUT}; rebuild it with python -m launch.index')
+    raise Unreadable(path, f'index layout {header.get("layout")}, this version reads {LAYOUT}')
   return Index(header, entries, _pca_of(arrays))
 
 
@@ -350,7 +356,11 @@ def _build_locked(config, model, root, folder, listing, settings, chosen_on):
   stamp = fingerprint(config, model.step, digest, settings)
   path = os.path.join(folder, 'index.npz')
   process, processes = jax.process_index(), jax.process_count()
-  old = load(path) if os.path.exists(path) else None
+  try:
+    old = load(path) if os.path.exists(path) else None
+  except Unreadable as e:  # what the search says to rebuild with launch.index
+    console.say(f'{path}: {e.why}: rebuilding it whole')
+    old = None
   if old is not None and old.header['fingerprint'] != stamp:
     console.say(f'{path} was built with checkpoint step {old.header["step"]} and other '
                 'settings or config: rebuilding it whole')

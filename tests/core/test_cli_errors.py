@@ -116,6 +116,10 @@ def test_ctrl_c_while_writing_data_is_one_line_and_leaves_nothing(tmp_path, mome
       f'Interrupted (Ctrl-C) while writing {out}: nothing was left there; rerun to write it.']
   assert 'images in' not in stdout  # no closing progress line that reads like success
   assert list(tmp_path.iterdir()) == []
+  if moment == 'between_shards':  # as said: the same command, rerun, writes it
+    run_module('bengrapheme.grapheme.synth', '--out', out, '--train', '2000', '--test', '0',
+               '--workers', '2')
+    assert (out / 'train.csv').exists()
 
 
 

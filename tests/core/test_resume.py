@@ -207,6 +207,25 @@ def test_ctrl_c_saves_the_current_step_and_the_rerun_resumes(grapheme_data, tmp_
   assert f'at step {saved}' in result.stdout
 
 
+def test_ctrl_c_before_the_first_step_stops_at_once_and_the_rerun_trains(grapheme_data,
+                                                                          tmp_path):
+  workdir = tmp_path / 'early'
+  args = train_args('grapheme', grapheme_data, workdir, steps=2)
+  proc = start(args)
+  output = ''
+  for line in proc.stdout:  # Ctrl-C while the model is being built: nothing saved yet
+    output += line
+    if 'Initialising the model' in line:
+      proc.send_signal(signal.SIGINT)
+      break
+  output += proc.communicate(timeout=300)[0]
+  assert proc.returncode == 130, output
+  assert ('Interrupted (Ctrl-C), stopped at once: none saved; rerun the same command to '
+          'resume.') in output, output
+  result = run_module('launch.train', *args)  # as said
+  assert os.path.isdir(workdir / 'checkpoints' / '2'), result.stdout[-2000:]
+
+
 def logged_rows(workdir):
   with open(os.path.join(workdir, 'metrics.jsonl')) as f:
     rows = [json.loads(line) for line in f]

@@ -4,6 +4,7 @@ chooses on the run's own test split."""
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -192,6 +193,9 @@ def test_a_sweep_killed_in_its_second_trial_resumes_each_trial_once(sweeps_confi
     process.wait()
   first_trial = os.path.join(workdir, 'trials', '000', 'metrics.jsonl')
   kept = os.stat(first_trial).st_mtime_ns
+  early = run_module('launch.sweep', *args, '--report_test', check=False)
+  assert early.returncode == 1 and ('trials are still running; rerun it when the sweep has '
+                                    'finished') in early.stderr, early.stderr[-2000:]
   rerun = run_module('launch.sweep', *args, timeout=900)
   output = rerun.stdout + rerun.stderr
   assert 'Resuming trial 1' in output and 'Trial 0 ' not in output
@@ -202,6 +206,41 @@ def test_a_sweep_killed_in_its_second_trial_resumes_each_trial_once(sweeps_confi
                                                                   ('1', 'complete', '40')]
   for row in rows:  # each evaluation logged once
     assert logged_steps(row['workdir']) == list(range(4, 41, 4))
+  # What the early --report_test said: once the sweep has finished, it scores the test split.
+  scored = run_module('launch.sweep', *args, '--report_test', timeout=900)
+  assert 'Test split of the chosen trial' in scored.stdout + scored.stderr
+
+
+@pytest.mark.slow
+def test_a_preempted_sweep_resumes_when_the_same_command_is_rerun(sweeps_config,
+                                                                  grapheme_data, tmp_path):
+  workdir = str(tmp_path / 'sweep')
+  args = sweep_args(sweeps_config, 'two', grapheme_data, workdir, '--config.train.steps=40')
+  first = os.path.join(workdir, 'trials', '000', 'checkpoints', '6')
+  with open(tmp_path / 'first.log', 'w') as log:
+    process = start_sweep(args, log)
+    while not os.path.isdir(first):
+      assert process.poll() is None, open(tmp_path / 'first.log').read()[-3000:]
+      time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)  # what a scheduler sends before it preempts
+    assert process.wait(timeout=300) != 0
+  said = open(tmp_path / 'first.log').read()
+  assert re.search(r'Preempted in trial 0 at step \d+ \(saved\); rerun the same command to '
+                   r'resume the sweep\.', said), said[-3000:]
+  rerun = run_module('launch.sweep', *args, timeout=900)  # as said
+  assert 'Resumed from' in rerun.stdout + rerun.stderr
+  assert [r['state'] for r in trials_table(workdir)] == ['complete', 'complete']
+
+
+def test_a_workdir_of_another_sweep_is_refused_and_another_workdir_sweeps(sweeps_config,
+                                                                         tmp_path):
+  from bengrapheme import errors, sweep
+  two = sweep.declared(sweeps_config, 'two')
+  sweep.study(two, str(tmp_path / 'a'), '', 'sweep two')
+  with pytest.raises(errors.UserError, match='sweep into another --workdir') as refused:
+    sweep.study(two, str(tmp_path / 'a'), '', 'sweep two, other flags')
+  assert str(tmp_path / 'a') in str(refused.value)
+  sweep.study(two, str(tmp_path / 'b'), '', 'sweep two, other flags')  # as said
 
 
 @pytest.mark.slow
@@ -224,3 +263,24 @@ def test_two_processes_on_one_study_finish_distinct_trials(sweeps_config, graphe
              for line in out.splitlines() if '] Trial ' in line and ' in ' in line]
   assert sorted(started) == [f'Trial {n}' for n in range(4)]  # each trial trained once
   assert all('Trial ' in out for out in outputs)  # both processes worked
+
+
+def test_the_baseline_trial_is_the_configs_own_settings(sweeps_config, tmp_path):
+  """baseline=True: trial 0 trains today's settings, so the table shows whether any other
+  beats them; a config whose own value lies outside the space is refused before any work."""
+  import configs.grapheme
+  from bengrapheme import errors, sweep
+  base = configs.grapheme.get_config('test')
+  declared = dict(sweep.declared(sweeps_config, 'pruned'), baseline=True,
+                  space={'train.lr': dict(low=1e-4, high=1.0, log=True),
+                         'train.warmup_steps': [0, 1, 2, base.train.warmup_steps + 5]})
+  base.train.warmup_steps += 5
+  sweep.check(declared, base)
+  found = sweep.study(declared, str(tmp_path / 'a'), '', 'baseline', base)
+  first = found.ask(sweep.distributions(declared))  # what a claim draws first
+  assert first.number == 0 and first.params == {'train.lr': base.train.lr,
+                                                'train.warmup_steps': base.train.warmup_steps}
+  assert first.user_attrs == {'baseline': True}
+  base.train.warmup_steps = 3
+  with pytest.raises(errors.ConfigError, match=r"config\.train\.warmup_steps=3 lies outside"):
+    sweep.check(declared, base)

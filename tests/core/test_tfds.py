@@ -1,6 +1,7 @@
 """TFDS builds of both datasets, read back without TensorFlow: the same records as the direct
 readers, through the same grain pipelines."""
 import os
+import re
 import shutil
 
 import numpy as np
@@ -11,6 +12,8 @@ from bengrapheme import errors, train
 from bengrapheme.grapheme import data as grapheme_task, kaggle, tfds_bengaliai
 from configs import fragments as fragment_configs, grapheme as grapheme_configs
 from retrieval.fragments import data as fragment_task, reader, tfds_hisfrag20
+
+from conftest import run_module
 
 
 @pytest.fixture(scope='module')
@@ -121,3 +124,35 @@ def test_tfds_format_needs_a_build(tmp_path):
     config.data.tfds_dir = str(tmp_path / 'empty')
     with pytest.raises(FileNotFoundError, match='no .* TFDS build; make one with'):
       name.source(config, str(tmp_path), 'test')
+
+
+@pytest.mark.parametrize('module, task, data', [(grapheme_configs, grapheme_task, 'grapheme_data'),
+                                                 (fragment_configs, fragment_task, 'fragment_data')])
+def test_the_missing_build_is_made_with_the_command_it_names(module, task, data, tmp_path,
+                                                            request):
+  data = request.getfixturevalue(data)
+  config = module.get_config('test')
+  config.data.update(format='tfds', tfds_dir=str(tmp_path / 'tfds'))
+  if 'corrected_labels' in config.data:
+    config.data.corrected_labels = False
+  with pytest.raises(FileNotFoundError) as refused:
+    task.source(config, str(tmp_path), 'test')
+  (command,) = re.findall(r'`python -m ([^`]+)`', str(refused.value))
+  run_module(*command.replace('DATA', data).split())  # as written, DATA being the folder
+  assert len(task.source(config, str(tmp_path), 'test')) > 0
+
+
+def test_corrected_labels_with_a_build_are_read_either_way_said(grapheme_data, tfds_dir,
+                                                                tmp_path):
+  config = grapheme_configs.get_config('test')
+  config.data.update(format='tfds', tfds_dir=tfds_dir, corrected_labels=True)
+  with pytest.raises(ValueError) as refused:
+    grapheme_task.source(config, str(tmp_path), 'train')
+  said = re.findall(r"config\.data\.(\w+)=('?\w+'?)", str(refused.value))
+  assert said == [('format', "'kaggle'"), ('corrected_labels', 'False')], said
+  for field, value in said:  # each alternative alone
+    followed = grapheme_configs.get_config('test')
+    followed.data.update(format='tfds', tfds_dir=tfds_dir, dir=grapheme_data,
+                         corrected_labels=True)
+    followed.data[field] = eval(value)  # pylint: disable=eval-used
+    assert len(grapheme_task.source(followed, str(tmp_path / field), 'train')) > 0

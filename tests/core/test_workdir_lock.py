@@ -190,3 +190,16 @@ def test_second_run_refused_while_the_first_trains_and_evaluate_reads_beside_it(
   with open(workdir / 'metrics.jsonl') as f:
     steps = [json.loads(line)['step'] for line in f if 'loss' in line]
   assert steps == list(range(1, len(steps) + 1))  # one writer: each step once
+  # As the refusal said: once the first run is stopped, the same command resumes its work.
+  rerun = subprocess.Popen([sys.executable, '-m', 'launch.train', *args], cwd=ROOT, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  said = ''
+  try:
+    for line in rerun.stdout:
+      said += line
+      if 'Resumed from' in line or 'Error' in line:
+        break
+  finally:
+    rerun.send_signal(signal.SIGTERM)
+    said += rerun.communicate(timeout=300)[0]
+  assert f'Resumed from {workdir} at step {steps[-1]}.' in said, said[-3000:]

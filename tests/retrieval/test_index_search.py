@@ -255,6 +255,7 @@ def test_another_checkpoint_at_the_same_step_is_not_taken_for_the_indexed_one(
   out = run_module('launch.index', CONFIG, '--workdir', workdir, '--collection',
                    indexed['folder']).stdout
   assert 'rebuilding it whole' in out
+  run_module('launch.search', '--workdir', workdir, '--query', outside)  # as the refusal said
 
 
 def ranked_blocks(out):

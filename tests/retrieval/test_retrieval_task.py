@@ -142,6 +142,9 @@ def test_predict_says_in_one_line_that_fragments_have_no_predictor(fragment_data
   assert result.stderr.strip().splitlines() == [
       'Error: retrieval.fragments.task has no predictor (it has no submission format); python -m '
       'launch.evaluate writes its scores and exports']
+  # What it says: the same command with launch.evaluate (fragment_evaluated ran it) wrote them.
+  assert {'metrics.json', 'distances_test.npy', 'distances_test.csv'} <= set(
+      os.listdir(os.path.join(fragment_evaluated, 'eval')))
 
 
 def _pipeline(encoder, lbp_embeddings):

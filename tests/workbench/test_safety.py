@@ -3,6 +3,7 @@ upload that is not an image, too large, or a decompression bomb is refused in on
 nothing is stored; a decision on a file changed since indexing is refused; beyond loopback an
 access token is required; a POST from another site's form, or a Host that is not loopback, is
 refused."""
+import dataclasses
 import io
 import json
 import os
@@ -21,7 +22,7 @@ from PIL import Image
 from conftest import ROOT
 from retrieval.collections.workbench import app as app_lib
 
-from workbench_helpers import Served, collection, served  # noqa: F401 (fixtures)
+from workbench_helpers import Served, collection, free_port, served  # noqa: F401 (fixtures)
 
 
 def url(path):
@@ -95,6 +96,21 @@ def test_bad_uploads_are_refused_in_one_message_and_nothing_is_stored(collection
   finally:
     server.stop()
   assert files_under(tmp_path) == before
+  # A real photograph over the limit, then under the larger limit the message names.
+  large = io.BytesIO()
+  Image.fromarray(np.random.default_rng(1).integers(0, 255, (300, 300, 3), np.uint8)).save(
+      large, 'PNG')
+  assert large.tell() > 200_000
+  # (Past the limit, the upload is embedded with the index's checkpoint: this synthetic index
+  # has none, which is the next, other refusal.)
+  for limit in (200_000, 2**20):  # --max_upload_mb 1
+    server = Served(dataclasses.replace(settings, max_upload_bytes=limit))
+    try:
+      got, body = server.post('/api/search/upload?name=large.png', data=large.getvalue())
+      assert (got == 413) == (limit == 200_000), body[:300]
+      assert ('(launch.serve --max_upload_mb)' in message(body)) == (limit == 200_000)
+    finally:
+      server.stop()
 
 
 def gif():
@@ -181,7 +197,13 @@ def test_serve_beyond_loopback_prints_a_token_and_requires_it(collection, tmp_pa
     again = serve(str(workdir), '--port', match[1])
     _, err = again.communicate(timeout=120)
     assert again.returncode == 1 and err.strip().count('\n') == 0
-    assert f'--port {match[1]}: cannot listen there' in err
+    assert f'--port {match[1]}: cannot listen there' in err and 'pick another --port' in err
+    other = serve(str(workdir), '--port', str(free_port()))  # as said
+    try:
+      assert address(other).startswith('http://127.0.0.1:')
+    finally:
+      other.kill()
+      other.wait()
   finally:
     process.kill()
     process.wait()
