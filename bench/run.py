@@ -59,7 +59,7 @@ from bench import common
 from bengrapheme import files
 
 MODULES = ('input_pipeline', 'train_step', 'metrics_speed', 'sharding', 'fragment_features',
-           'index_scale', 'checkpoint_save', 'serve_round')
+           'index_scale', 'checkpoint_save', 'serve_round', 'sweep_overhead')
 # Run only when named with --only: ~1 h and ~45 GB of disk (bench/real_sizes.py).
 ON_REQUEST = ('real_sizes',)
 RESULTS = os.path.join(common.ROOT, 'bench', 'results.json')

@@ -11,7 +11,7 @@ import json
 import jax
 import numpy as np
 
-from bengrapheme import files, input as input_lib
+from bengrapheme import errors, files, input as input_lib
 from bengrapheme.grapheme import classes, kaggle, prepare, rendered, unseen
 
 CLASS_COUNTS = 'class_counts.json'
@@ -137,7 +137,8 @@ def class_counts(workdir):
   """The training stream's class counts (train_data wrote them): three float arrays."""
   path = files.join(workdir, CLASS_COUNTS)
   if not files.exists(path):
-    raise FileNotFoundError(f'{path} not found: it is written when training starts; train in '
-                            'this workdir first (or set config.predict.tau=0)')
+    raise errors.UserError(f'{path} not found: it is written when training starts; rerun the '
+                           'launch.train command of this workdir (at its last step it writes '
+                           'the file and trains no further)')
   counts = json.loads(files.read_text(path))
   return [np.asarray(counts[name], np.float64) for name in kaggle.COMPONENTS]

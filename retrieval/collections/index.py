@@ -25,6 +25,7 @@ import itertools
 import json
 import os
 import shutil
+import zipfile
 
 import jax
 import numpy as np
@@ -129,7 +130,7 @@ def load(path):
       arrays = {k: z[k] for k in z.files}
     header = json.loads(str(arrays.pop('header')))
     entries = Entries(*[arrays[f.name] for f in dataclasses.fields(Entries)])
-  except (OSError, ValueError, KeyError) as e:
+  except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
     raise Unreadable(path, f'not an index this version reads ({e})') from e
   if header.get('layout') != LAYOUT:
     raise Unreadable(path, f'index layout {header.get("layout")}, this version reads {LAYOUT}')

@@ -309,22 +309,26 @@ def test_an_untrained_workdir_trains_as_said_then_evaluates(grapheme_data, tmp_p
   run_module(*evaluate)
 
 
-@pytest.mark.slow  # a training run and two evaluations
-def test_class_counts_written_again_or_not_needed_as_said(grapheme_data, tmp_path):
-  """The prior correction reads the training stream's class counts; a workdir without them
-  (copied without the file) is trained in again, or evaluated without the correction."""
+@pytest.mark.slow  # a training run, a rerun and an evaluation
+def test_class_counts_are_written_again_by_the_training_command_as_said(grapheme_data,
+                                                                       tmp_path):
+  """The prior correction and val's tuning of it read the training stream's class counts; a
+  workdir without them (copied without the file) gets them from its training command."""
   from bengrapheme.grapheme import data
   workdir = tmp_path / 'run'
-  args = ['--config=configs/grapheme.py:test', '--data', grapheme_data, '--workdir', workdir]
-  run_module('launch.train', *args, '--config.train.steps=2')
+  args = ['--config=configs/grapheme.py:test', '--data', grapheme_data, '--workdir', workdir,
+          '--config.train.steps=2']
+  run_module('launch.train', *args)
   os.remove(workdir / data.CLASS_COUNTS)
-  refused = run_module('launch.evaluate', *args, '--config.predict.tau=1.0', check=False)
+  refused = run_module('launch.evaluate', *args, check=False)
   assert refused.returncode == 1, refused.stdout[-2000:]
-  assert 'train in this workdir first (or set config.predict.tau=0)' in refused.stderr
-  run_module('launch.evaluate', *args, '--config.predict.tau=0')  # the second way
-  run_module('launch.train', *args, '--config.train.steps=2')  # the first: nothing to train,
-  assert (workdir / data.CLASS_COUNTS).exists()                  # the counts written again
-  run_module('launch.evaluate', *args, '--config.predict.tau=1.0')
+  assert refused.stderr.strip().splitlines()[-1].endswith(
+      'rerun the launch.train command of this workdir (at its last step it writes the file '
+      'and trains no further)'), refused.stderr[-2000:]
+  assert 'Traceback' not in refused.stderr
+  trained = run_module('launch.train', *args)  # as said
+  assert (workdir / data.CLASS_COUNTS).exists() and 'step 3' not in trained.stdout
+  run_module('launch.evaluate', *args)
 
 
 @pytest.mark.slow  # an evaluation
@@ -414,8 +418,8 @@ FOLLOWED = {
         HERE + 'test_a_workdir_indexes_and_evaluates_with_its_own_config',
     'set --config.data.cache_dir=/local/folder':
         HERE + 'test_a_bucket_workdir_prepares_its_data_where_said',
-    'train in this workdir first (or set config.predict.tau=0)':
-        HERE + 'test_class_counts_written_again_or_not_needed_as_said',
+    'rerun the launch.train command of this workdir':
+        HERE + 'test_class_counts_are_written_again_by_the_training_command_as_said',
     "set config.data.format='kaggle' or config.data.corrected_labels=False":
         'tests/core/test_tfds.py::test_corrected_labels_with_a_build_are_read_either_way_said',
     "split 'val' is empty: set config.data.val_fraction > 0":
@@ -431,7 +435,7 @@ FOLLOWED = {
         'test_the_missing_build_is_made_with_the_command_it_names',
     'set --config.train.weight_decay=0': HERE + 'test_each_suggested_flag_gets_past_the_error',
     'rerun it when the sweep has finished': 'tests/core/test_sweep.py::'
-        'test_a_sweep_killed_in_its_second_trial_resumes_each_trial_once',
+        'test_a_test_report_asked_while_another_process_sweeps_is_given_after_it_as_said',
     'sweep into another --workdir': 'tests/core/test_sweep.py::'
         'test_a_workdir_of_another_sweep_is_refused_and_another_workdir_sweeps',
     'rerun the same command to resume the sweep': 'tests/core/test_sweep.py::'

@@ -25,6 +25,7 @@ def get_sweeps(arg):
   common = dict(choose='val', every=4, sampler='grid', pruner='', startup_trials=1)
   return {{'four': dict(common, space={{'train.lr': [1e-3, 2e-3, 4e-3, 8e-3]}}, trials=4),
           'two': dict(common, space={{'train.lr': [1e-3, 1e-2]}}, trials=2),
+          'long': dict(common, space={{'train.lr': [1e-3, 1e-2]}}, trials=2, every=400),
           'pruned': dict(common, space={{'train.lr': [1e-3, 1e-2]}}, trials=1, pruner='median',
                          sampler='tpe'),
           'on_test': dict(common, space={{'train.lr': [1e-3]}}, trials=1, choose='test'),
@@ -193,9 +194,6 @@ def test_a_sweep_killed_in_its_second_trial_resumes_each_trial_once(sweeps_confi
     process.wait()
   first_trial = os.path.join(workdir, 'trials', '000', 'metrics.jsonl')
   kept = os.stat(first_trial).st_mtime_ns
-  early = run_module('launch.sweep', *args, '--report_test', check=False)
-  assert early.returncode == 1 and ('trials are still running; rerun it when the sweep has '
-                                    'finished') in early.stderr, early.stderr[-2000:]
   rerun = run_module('launch.sweep', *args, timeout=900)
   output = rerun.stdout + rerun.stderr
   assert 'Resuming trial 1' in output and 'Trial 0 ' not in output
@@ -206,9 +204,30 @@ def test_a_sweep_killed_in_its_second_trial_resumes_each_trial_once(sweeps_confi
                                                                   ('1', 'complete', '40')]
   for row in rows:  # each evaluation logged once
     assert logged_steps(row['workdir']) == list(range(4, 41, 4))
-  # What the early --report_test said: once the sweep has finished, it scores the test split.
-  scored = run_module('launch.sweep', *args, '--report_test', timeout=900)
+
+
+@pytest.mark.slow
+def test_a_test_report_asked_while_another_process_sweeps_is_given_after_it_as_said(
+    sweeps_config, grapheme_data, tmp_path):
+  workdir = str(tmp_path / 'sweep')
+  args = sweep_args(sweeps_config, 'long', grapheme_data, workdir, '--config.train.steps=400')
+  second = os.path.join(workdir, 'trials', '001', 'checkpoints')
+  with open(tmp_path / 'sweep.log', 'w') as log:
+    process = start_sweep(args, log)
+    try:
+      while not os.path.isdir(second):  # the second trial is training
+        assert process.poll() is None, open(tmp_path / 'sweep.log').read()[-3000:]
+        time.sleep(0.05)
+      early = run_module('launch.sweep', *args, '--report_test', check=False)
+      assert early.returncode == 1 and ('trials are still running; rerun it when the sweep '
+                                        'has finished') in early.stderr, early.stderr[-2000:]
+      assert process.wait(timeout=900) == 0
+    finally:
+      if process.poll() is None:
+        process.kill()
+  scored = run_module('launch.sweep', *args, '--report_test', timeout=900)  # as said
   assert 'Test split of the chosen trial' in scored.stdout + scored.stderr
+  assert 'Trial ' not in scored.stdout + scored.stderr  # nothing trained again
 
 
 @pytest.mark.slow
