@@ -445,7 +445,7 @@ CASES = [
          train_cli('--config.model.init_from=workdirs/maskfeat-absent',
                    config='configs/fragments.py:recipe=saghog,size=test'),
          CLIError, r"model\.init_from='workdirs/maskfeat-absent': no such workdir\..*"
-         r'python -m launch\.train --config configs/maskfeat\.py:demo',
+         r'python -m launch\.train --config configs/maskfeat\.py:test',
          left=files_in_work_but_prepared),
     # Flags and workdirs, through the CLI.
     Case('config-key-mistyped', 'grapheme', no_damage, train_cli('--config.train.stepz=3'),
