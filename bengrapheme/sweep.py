@@ -145,10 +145,8 @@ def baseline_params(sweep, config):
   params = {}
   for key, values in sweep['space'].items():
     path = key.split(',')[0]
-    node = config
-    for part in path.split('.'):
-      node = node[part]
-    value = tuple(node) if isinstance(node, (list, tuple)) else node
+    value = errors.field(config, path)
+    value = tuple(value) if isinstance(value, (list, tuple)) else value
     if isinstance(values, dict):
       inside = values['low'] <= value <= values['high']
     else:

@@ -173,6 +173,14 @@ def test_the_smoke_sweep_runs_and_scores_test_once(config, data, tmp_path, reque
   assert json.load(open(os.path.join(trained, 'config.json')))['train']['lr'] == lr
 
 
+def wait_for(path, process, log):
+  """Returns once `path` exists, failing with the end of `log` if the sweep `process` ends
+  first."""
+  while not os.path.isdir(path):
+    assert process.poll() is None, open(log.name).read()[-3000:]
+    time.sleep(0.05)
+
+
 def start_sweep(args, log):
   env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS='cpu')
   return subprocess.Popen([sys.executable, '-m', 'launch.sweep', *map(str, args)], cwd=ROOT,
@@ -187,9 +195,7 @@ def test_a_sweep_killed_in_its_second_trial_resumes_each_trial_once(sweeps_confi
   second = os.path.join(workdir, 'trials', '001', 'checkpoints', '6')
   with open(tmp_path / 'first.log', 'w') as log:
     process = start_sweep(args, log)
-    while not os.path.isdir(second):  # a finished checkpoint of the second trial
-      assert process.poll() is None, open(tmp_path / 'first.log').read()[-3000:]
-      time.sleep(0.05)
+    wait_for(second, process, log)  # a finished checkpoint of the second trial
     process.send_signal(signal.SIGKILL)
     process.wait()
   first_trial = os.path.join(workdir, 'trials', '000', 'metrics.jsonl')
@@ -215,9 +221,7 @@ def test_a_test_report_asked_while_another_process_sweeps_is_given_after_it_as_s
   with open(tmp_path / 'sweep.log', 'w') as log:
     process = start_sweep(args, log)
     try:
-      while not os.path.isdir(second):  # the second trial is training
-        assert process.poll() is None, open(tmp_path / 'sweep.log').read()[-3000:]
-        time.sleep(0.05)
+      wait_for(second, process, log)  # the second trial is training
       early = run_module('launch.sweep', *args, '--report_test', check=False)
       assert early.returncode == 1 and ('trials are still running; rerun it when the sweep '
                                         'has finished') in early.stderr, early.stderr[-2000:]
@@ -238,9 +242,7 @@ def test_a_preempted_sweep_resumes_when_the_same_command_is_rerun(sweeps_config,
   first = os.path.join(workdir, 'trials', '000', 'checkpoints', '6')
   with open(tmp_path / 'first.log', 'w') as log:
     process = start_sweep(args, log)
-    while not os.path.isdir(first):
-      assert process.poll() is None, open(tmp_path / 'first.log').read()[-3000:]
-      time.sleep(0.05)
+    wait_for(first, process, log)
     process.send_signal(signal.SIGTERM)  # what a scheduler sends before it preempts
     assert process.wait(timeout=300) != 0
   said = open(tmp_path / 'first.log').read()
