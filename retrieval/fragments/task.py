@@ -29,8 +29,7 @@ def init_from_advice(config):
   """protocols.FineTunes: the ViT recipe starts from MaskFeat's pre-training of its trunk (the
   variant of configs/maskfeat.py whose ViT is model.args)."""
   from configs import maskfeat  # pylint: disable=import-outside-toplevel (configs use tasks)
-  args = config.model.args.to_dict() if hasattr(config.model.args, 'to_dict') else \
-      dict(config.model.args)
+  args = config.model.args.to_dict()
   variant = next((v for v in maskfeat.VARIANTS if maskfeat.vit_args(v) == args), 'demo')
   both = '; `make demo-saghog` runs both' if variant == 'demo' else ''
   return ("for the ViT recipe, MaskFeat's pre-training: python -m launch.train --config "
