@@ -39,7 +39,9 @@ def build_once(cache_dir, name, source_files, params, build, *, origin):
   source_files: the files the entry is made from (their stat is part of the key); params:
   JSON-serialisable settings that change the content; build(folder): writes the entry's
   files into an empty folder; origin: where the data comes from (e.g. the data folder):
-  entries of the same name and origin with another key are stale and removed.
+  entries of the same name, origin and params with another key were built from source files
+  since changed, and are removed. Entries of other params are kept: a sweep's trials take
+  turns over them (patch sizes, scales) and each is built once.
   """
   cache_dir = pathlib.Path(cache_dir)
   key = key_of(name, source_files, params)
@@ -156,12 +158,14 @@ def _remove(entry):
 
 
 def _remove_stale(entry, meta):
-  """Removes entries of the same name and origin with another key (a file changed since)."""
+  """Removes entries of the same name, origin and params with another key: built from source
+  files that have changed since, they can never be used again."""
   for path in entry.parent.glob(f'{meta["name"]}-*'):
     try:
       other = json.loads((path / MARKER).read_text())
     except (OSError, ValueError):
       continue
-    if path != entry and (other.get('name'), other.get('origin')) == (meta['name'],
-                                                                       meta['origin']):
+    mine = json.loads(json.dumps(meta))  # tuples read back as lists
+    same = all(other.get(k) == mine[k] for k in ('name', 'origin', 'params'))
+    if path != entry and same:
       shutil.rmtree(path, ignore_errors=True)

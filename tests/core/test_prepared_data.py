@@ -77,6 +77,17 @@ def test_an_intact_entry_is_reused_untouched(tmp_path, source, capsys):
   assert 'damaged' not in capsys.readouterr().out
 
 
+def test_entries_of_other_settings_are_kept_and_outdated_ones_removed(tmp_path, source):
+  """A sweep's trials take turns over settings (patch sizes, scales): each entry is built once
+  and kept; one whose source files changed since is removed when its rebuild is done."""
+  first = cache.build_once(tmp_path / 'cache', 'split', [source], 1, build, origin='data')
+  other = cache.build_once(tmp_path / 'cache', 'split', [source], 2, build, origin='data')
+  assert first != other and cache.is_complete(first) and cache.is_complete(other)
+  source.write_bytes(b'changed')
+  rebuilt = cache.build_once(tmp_path / 'cache', 'split', [source], 1, build, origin='data')
+  assert sorted(p.name for p in (tmp_path / 'cache').iterdir()) == sorted([rebuilt.name, other.name])
+
+
 def assert_out_of_space_said_so(error, cache_dir):
   message = str(error.value)
   assert str(cache_dir) in message and 'MiB free of' in message, message
