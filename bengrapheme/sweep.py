@@ -354,6 +354,7 @@ def run_trial(found, sweep, workdir, number, params, base, given):
           f'sweep {sweep["name"]!r}: metric={sweep["metric"]!r} is not a score of evals.'
           f'{choose}; its scores: {", ".join(k for k, v in flat.items() if _is_number(v))}')
     trial.report(flat[sweep['metric']], step)
+    _add_seconds(trial, frozen, began)  # kept so far, should the process be killed
     if trial.should_prune():
       raise optuna.TrialPruned(f'{key} {flat[sweep["metric"]]:.4f} at step {step}')
 
@@ -372,6 +373,9 @@ def run_trial(found, sweep, workdir, number, params, base, given):
     _add_seconds(trial, frozen, began)
     found.tell(number, value)
     console.say(f'Trial {number}: {key} {value:.4f}')
+  except Stopped:  # preempted: the next leg adds its time to this one's
+    _add_seconds(trial, frozen, began)
+    raise
   except optuna.TrialPruned as e:
     _add_seconds(trial, frozen, began)
     found.tell(number, state=optuna.trial.TrialState.PRUNED)
@@ -386,7 +390,9 @@ def run_trial(found, sweep, workdir, number, params, base, given):
 
 
 def _add_seconds(trial, frozen, began):
-  """The trial's own time (training and evaluation), summed over the processes that ran it."""
+  """The trial's own time (training and evaluation), summed over the processes that ran it
+  (this one's since `began`, added to what `frozen`, the trial as this process found it,
+  held; so setting it again replaces this process's share)."""
   trial.set_user_attr('seconds', frozen.user_attrs.get('seconds', 0.0) +
                       time.perf_counter() - began)
 

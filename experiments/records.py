@@ -3,6 +3,8 @@ small JSON file a run.
 
   # after `launch.evaluate` of a run, keep its scores (the commands as they were typed):
   python -m experiments.records add --name grapheme-demo --workdir W --command '...' --command '...'
+  # after `launch.sweep` has finished, keep its trials (W/sweep/record.json):
+  python -m experiments.records add-sweep --name sweep-NAME --workdir W
   # redraw the tables in README.md, docs/*.md and experiments/*.md from the records:
   python -m experiments.records readme
 
@@ -17,6 +19,7 @@ relative to its page. tests/core/test_records.py checks that every page holds ex
 the records say, and that each command's module is in its commit's tree.
 """
 import argparse
+import ast
 import datetime
 import glob
 import json
@@ -223,7 +226,11 @@ SETUP_SIZES = (('demo venv, fresh', 'demo_venv_mb'), ('test venv', 'test_venv_mb
                ("Debian's chromium", 'debian_chromium_mb'),
                ('chromium-common', 'debian_chromium_common_mb'))
 
+# A sweep's table is drawn from its record alone: every trial, the baseline and the choice.
+SWEEP_TABLES = {}
+
 TABLES = {
+    **SWEEP_TABLES,
     'compile-time': (COMPILE_TIME, (
         ("the trainer's step (`bench/train_step.py`'s case)", 'compile-time', 'step/'),
         ('plain SGD in place of global-norm clipping + AdamW', 'compile-time', 'sgd/'),
@@ -368,6 +375,8 @@ TABLES = {
 
 def record_names(name):
   """The records table `name` reads, in order."""
+  if name in SWEEP_TABLES:
+    return [SWEEP_TABLES[name]]
   columns, rows = TABLES[name]
   suffixes = list(dict.fromkeys(c[1] if len(c) == 3 else '' for c in columns))
   return [record + suffix for _, record, _ in rows for suffix in suffixes]
@@ -399,8 +408,10 @@ def _shown(page):
 def table(name, page=None):
   """The markdown table `name` of TABLES, every number read from its record; the links to
   the records are relative to `page` (default README.md)."""
-  columns, rows = TABLES[name]
   here = os.path.dirname(page or README)
+  if name in SWEEP_TABLES:
+    return sweep_table(SWEEP_TABLES[name], here)
+  columns, rows = TABLES[name]
   lines = ['| run | ' + ' | '.join(column[0] for column in columns) + ' | record |',
            '|---' * (len(columns) + 2) + '|']
   for label, row_record, prefix in rows:
@@ -418,6 +429,43 @@ def table(name, page=None):
     links = ', '.join(f'[{name}]({os.path.relpath(path_of(name), here)})'.replace(os.sep, '/')
                       for name in shown)
     lines.append(f'| {label} | ' + ' | '.join(cells) + f' | {links} |')
+  return '\n'.join(lines)
+
+
+def _setting(value):
+  """A parameter as the table shows it: a float to 3 significant digits, a tuple as
+  written."""
+  if isinstance(value, float):
+    return f'{value:.3g}'
+  return f'`{value}`' if isinstance(value, str) and value.startswith('(') else str(value)
+
+
+def sweep_table(name, here):
+  """Every trial of the sweep record `name`: its settings, the choosing metric, the step it
+  reached and its minutes; the config's own settings and the chosen trial marked."""
+  record = load(name)
+  sweep = record['sweep']
+  params = ast.literal_eval(sweep['declaration']['space'])
+  metric = f'{sweep["declaration"]["choose"]}/{sweep["declaration"]["metric"]}'
+  chosen = (sweep.get('chosen') or {}).get('trial')
+  lines = ['| trial | ' + ' | '.join(f'`{p}`' for p in params) +
+           f' | {metric} (chooses) | state | step | minutes | |',
+           '|---' * (len(params) + 6) + '|']
+  for trial in sweep['trials']:
+    marks = [m for m, on in (("the config's own", trial['baseline'] == 'yes'),
+                             ('chosen', trial['trial'] == chosen)) if on]
+    value = '' if trial[metric] == '' else f'{trial[metric]:.4f}'  # '': pruned unevaluated
+    lines.append(
+        f'| {trial["trial"]} | ' + ' | '.join(_setting(trial[p]) for p in params) +
+        f' | {value} | {trial["state"]} | {trial["step"]:,} | '
+        f'{trial["seconds"] / 60:.1f} | {", ".join(marks)} |')
+  test = f'chosen/test/{sweep["declaration"]["metric"]}'
+  if test in record['scores']:
+    lines.append(f'\nThe chosen trial on the test split, scored once after the sweep (it '
+                 f'chose nothing): {test[len("chosen/"):]} {record["scores"][test]:.4f}.')
+  link = os.path.relpath(path_of(name), here).replace(os.sep, '/')
+  lines.append(f'\nRecord: [{name}]({link}) (`{record["commands"][0]}` at '
+               f'{record["commit"][:7]}).')
   return '\n'.join(lines)
 
 
@@ -526,6 +574,38 @@ def add(name, workdir, commands, commit, note, scores=None, commits=None):
   return path_of(name)
 
 
+def add_sweep(name, workdir, note):
+  """Keeps a finished sweep (W/sweep/record.json) as experiments/records/NAME.json: its
+  command and commit, and each trial's choosing metric as the scores."""
+  path = os.path.join(workdir, 'sweep', 'record.json')
+  try:
+    with open(path) as f:
+      sweep = json.load(f)
+  except FileNotFoundError:
+    raise SystemExit(f'{path}: no sweep record there; give --workdir the folder '
+                     'launch.sweep ran in') from None
+  running = [t['trial'] for t in sweep['trials'] if t['state'] == 'running']
+  if running or not sweep.get('chosen'):
+    raise SystemExit(f'{path}: the sweep has not finished (trials running: {running}, '
+                     f'chosen: {sweep.get("chosen")}); rerun its command to finish it, then '
+                     'add it')
+  metric = f'{sweep["declaration"]["choose"]}/{sweep["declaration"]["metric"]}'
+  scores = {f'trial/{t["trial"]:03d}/{metric}': t[metric] for t in sweep['trials']
+            if t[metric] != ''}
+  scores['chosen/trial'] = sweep['chosen']['trial']
+  test = os.path.join(workdir, 'sweep', 'test.json')
+  if os.path.exists(test):  # --report_test: the chosen trial on test, reported beside it
+    with open(test) as f:
+      scores.update({f'chosen/{k}': v for k, v in inference.flatten(json.load(f)).items()
+                     if isinstance(v, (int, float)) and not isinstance(v, bool)})
+  record = dict(name=name, commands=[sweep['command']], commit=commit_of(sweep['commit']),
+                date=sweep['date'], machine=run.machine(), note=note, scores=scores,
+                sweep=sweep)
+  os.makedirs(RECORDS, exist_ok=True)
+  files.write_atomic(path_of(name), json.dumps(record, indent=1, sort_keys=True) + '\n')
+  return path_of(name)
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   commands = parser.add_subparsers(dest='what', required=True)
@@ -539,12 +619,19 @@ def main():
                  'with no uncommitted change to code); repeat, one a command in order, where '
                  'they ran at different commits')
   a.add_argument('--note', default='', help='what else a reader needs: load, interruptions')
+  a = commands.add_parser('add-sweep', help='keep a finished sweep as '
+                          'experiments/records/NAME.json')
+  a.add_argument('--name', required=True)
+  a.add_argument('--workdir', required=True, help="the sweep's folder (W/sweep/record.json)")
+  a.add_argument('--note', default='', help='what else a reader needs: load, interruptions')
   commands.add_parser('readme', help='redraw the tables in README.md and docs/*.md from the '
                       'records')
   args = parser.parse_args()
   if args.what == 'add':
     commit, commits = (args.commits[0], None) if len(args.commits) == 1 else ('', args.commits)
     print(add(args.name, args.workdir, args.commands, commit, args.note, commits=commits))
+  elif args.what == 'add-sweep':
+    print(add_sweep(args.name, args.workdir, args.note))
   else:
     write_pages()
 

@@ -45,7 +45,9 @@ def main(argv):
   declared = sweep.declared(config_arg, SWEEP.value)
   workdir = shared_flags.WORKDIR.value
   given = config_flags.get_override_values(flags.FLAGS['config'])
-  command = 'python -m launch.sweep ' + ' '.join(sys.argv[1:])
+  # The sweep's command, as its record names it: --report_test only reports on it.
+  command = 'python -m launch.sweep ' + ' '.join(
+      a for a in sys.argv[1:] if not a.startswith(('--report_test', '--noreport_test')))
   found = sweep.run(base, declared, workdir, config_arg, given, TRIALS.value, STORAGE.value,
                     command)
   if REPORT_TEST.value:

@@ -164,6 +164,19 @@ def test_a_record_of_commands_at_several_commits_names_each(checkout, monkeypatc
     records.add('two', None, ['python -m a', 'python -m b'], '', '', scores={}, commits=[first])
 
 
+def test_an_unfinished_sweep_is_not_kept(tmp_path, monkeypatch):
+  monkeypatch.setattr(records, 'RECORDS', str(tmp_path / 'records'))
+  with pytest.raises(SystemExit, match='no sweep record there; give --workdir'):
+    records.add_sweep('sweep-x', str(tmp_path), '')
+  (tmp_path / 'sweep').mkdir()
+  (tmp_path / 'sweep' / 'record.json').write_text(json.dumps(dict(
+      chosen=dict(trial=0), trials=[dict(trial=0, state='complete'),
+                                    dict(trial=1, state='running')])))
+  with pytest.raises(SystemExit, match=r'has not finished \(trials running: \[1\]'):
+    records.add_sweep('sweep-x', str(tmp_path), '')
+  assert not os.path.exists(records.RECORDS)
+
+
 def test_a_table_cell_without_a_score_is_an_error(monkeypatch):
   columns, rows = records.TABLES['fragments-demo']
   monkeypatch.setitem(records.TABLES, 'fragments-demo',

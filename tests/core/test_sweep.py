@@ -140,7 +140,8 @@ def test_a_pruned_trial_stops_at_its_first_evaluation_below_the_bar(sweeps_confi
 @pytest.mark.slow
 @pytest.mark.parametrize('config, data', [('configs/grapheme.py:test', 'grapheme_data'),
                                           ('configs/fragments.py:test', 'fragment_data')])
-def test_the_smoke_sweep_runs_and_scores_test_once(config, data, tmp_path, request):
+def test_the_smoke_sweep_runs_and_scores_test_once(config, data, tmp_path, request,
+                                                   monkeypatch):
   data = request.getfixturevalue(data)
   workdir = str(tmp_path / 'sweep')
   run_module('launch.sweep', *sweep_args(config, 'smoke', data, workdir), timeout=900)
@@ -171,6 +172,15 @@ def test_the_smoke_sweep_runs_and_scores_test_once(config, data, tmp_path, reque
   run_module('launch.train', f'--config={config}', '--flagfile', os.path.join(out,
              'chosen.flags'), '--data', data, '--workdir', trained, '--config.train.steps=2')
   assert json.load(open(os.path.join(trained, 'config.json')))['train']['lr'] == lr
+  # Kept as a record, its table is every trial with the choice marked.
+  from experiments import records
+  monkeypatch.setattr(records, 'RECORDS', str(tmp_path / 'records'))
+  monkeypatch.setitem(records.SWEEP_TABLES, 'smoke-sweep', 'sweep-smoke')
+  records.add_sweep('sweep-smoke', workdir, '')
+  table = records.table('smoke-sweep')
+  assert table.count('\n| ') == 2 and f'| {chosen["value"]:.4f} | complete |' in table, table
+  assert '| chosen |' in table and 'chose nothing): test/score' in table, table
+  assert '--report_test' not in table  # the record names the sweep's command
 
 
 def wait_for(path, process, log):
@@ -242,15 +252,25 @@ def test_a_preempted_sweep_resumes_when_the_same_command_is_rerun(sweeps_config,
   first = os.path.join(workdir, 'trials', '000', 'checkpoints', '6')
   with open(tmp_path / 'first.log', 'w') as log:
     process = start_sweep(args, log)
+    wait_for(os.path.dirname(os.path.dirname(first)), process, log)
+    began = time.perf_counter()
     wait_for(first, process, log)
+    trained = time.perf_counter() - began  # less than the trial's own time so far
     process.send_signal(signal.SIGTERM)  # what a scheduler sends before it preempts
     assert process.wait(timeout=300) != 0
   said = open(tmp_path / 'first.log').read()
   assert re.search(r'Preempted in trial 0 at step \d+ \(saved\); rerun the same command to '
                    r'resume the sweep\.', said), said[-3000:]
+  # The first leg's time is kept, so the table sums the legs.
+  import optuna
+  from bengrapheme import sweep
+  kept = optuna.load_study(study_name='two', storage=sweep.storage(workdir, '')).trials[0]
+  assert kept.user_attrs.get('seconds', 0) >= trained, (kept.user_attrs, trained)
   rerun = run_module('launch.sweep', *args, timeout=900)  # as said
   assert 'Resumed from' in rerun.stdout + rerun.stderr
-  assert [r['state'] for r in trials_table(workdir)] == ['complete', 'complete']
+  rows = trials_table(workdir)
+  assert [r['state'] for r in rows] == ['complete', 'complete']
+  assert float(rows[0]['seconds']) > kept.user_attrs['seconds']
 
 
 def test_a_workdir_of_another_sweep_is_refused_and_another_workdir_sweeps(sweeps_config,
