@@ -268,6 +268,14 @@ def study(sweep, workdir, url, identity, base=None):
   return found
 
 
+def identity_of(config_arg, sweep, given):
+  """What a study is: the config, the overrides (they change every trial) and the whole
+  declaration but its budget (--trials may extend it): a sweep that chooses on another
+  split or metric is another study, whose trials would not compare."""
+  declaration = {k: v for k, v in sorted(sweep.items()) if k not in ('name', 'trials')}
+  return ' '.join([config_arg, 'sweep', sweep['name'], *flag_lines(given), repr(declaration)])
+
+
 def budget(sweep, trials):
   """How many trials in all: --trials, else the declaration's; a grid at most its size."""
   size = math.prod(len(v) for v in sweep['space'].values())
@@ -545,9 +553,7 @@ def run(base, sweep, workdir, config_arg, given=None, trials=0, url='', command=
                            'GPU on the same study instead (docs/sweeps.md)')
   check(sweep, trial_config(base, sweep, {}, workdir))
   os.makedirs(os.path.join(workdir, 'sweep'), exist_ok=True)
-  # The overrides change every trial: they are part of what the study is.
-  identity = ' '.join([config_arg, 'sweep', sweep['name'], *flag_lines(given),
-                       repr(sweep['space'])])
+  identity = identity_of(config_arg, sweep, given)
   found = study(sweep, workdir, url, identity, base)
   limit = budget(sweep, trials)
   while True:

@@ -131,20 +131,24 @@ def get_config(arg='demo'):
 
 
 def get_sweeps(arg='demo'):
-  """The sweeps of each variant (bengrapheme/sweep.py; docs/sweeps.md), chosen on val:
+  """The sweeps of each variant (bengrapheme/sweep.py; docs/sweeps.md). The demo's choose on
+  the validation family (drawn unlike training: other fonts, other distortions), scored as
+  the test split of its own folder:
 
+    python -m bengrapheme.grapheme.synth_val --out data/bengali-val2 --num 2000 --seed 0
     python -m launch.sweep --config configs/grapheme.py:demo --sweep lr_tau \
         --data data/bengali-synth --workdir workdirs/sweeps/grapheme-lr_tau
   """
   size = defaults.arguments(arg, 'configs/grapheme.py', size=VARIANTS).size
   if size == 'demo':
     # The learning rate and the prior correction (predict.tau: 'score' is the configured
-    # rule's), pruned at the val evaluations of steps 1,000-3,000.
+    # rule's), pruned at the family's evaluations of steps 1,000-3,000.
     return {'lr_tau': dict(
         space={'train.lr': dict(low=8e-3, high=6.4e-2, log=True),
                'predict.tau': [0.0, 0.25, 0.5, 0.75, 1.0]},
-        choose='val', metric='score', every=1000, trials=12, sampler='tpe', pruner='median',
-        baseline=True)}
+        choose='valfam', metric='score', every=1000, trials=12, sampler='tpe',
+        pruner='median', baseline=True,
+        evals={'valfam': dict(type='grapheme', split='test', data='data/bengali-val2')})}
   if size == 'test':
     return {'smoke': dict(space={'train.lr': [1e-3, 1e-2]}, choose='val', every=4, trials=2,
                           sampler='grid', pruner='median', startup_trials=1)}

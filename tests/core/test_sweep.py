@@ -79,16 +79,16 @@ def test_a_test_split_of_another_folder_may_choose(sweeps_config):
 def test_the_declared_sweeps_check_against_their_configs():
   from bengrapheme import sweep
   from configs import fragments, grapheme
-  for module, arg, name in ((grapheme, 'demo', 'lr_tau'), (grapheme, 'test', 'smoke'),
-                            (fragments, 'test', 'smoke')):
+  for module, arg, name in ((grapheme, 'test', 'smoke'), (fragments, 'test', 'smoke')):
     declared = sweep.declared(f'configs/{module.__name__.split(".")[-1]}.py:{arg}', name)
     sweep.check(declared, sweep.trial_config(module.get_config(arg), declared, {}, '/tmp/w'))
-  # The fragments recipe's family folder is data the demo writes; everything else checks.
-  declared = sweep.declared('configs/fragments.py:demo', 'recipe')
-  declared['evals']['valfam']['data'] = '/no/such/folder'
-  with pytest.raises(sweep.errors.ConfigError, match='evals.valfam.data=.*no such folder'):
-    sweep.check(declared, sweep.trial_config(fragments.get_config('demo'), declared, {},
-                                             '/tmp/w'))
+  # The demos' family folders are data their docstrings write; everything else checks.
+  for module, name in ((grapheme, 'lr_tau'), (fragments, 'recipe')):
+    declared = sweep.declared(f'configs/{module.__name__.split(".")[-1]}.py:demo', name)
+    declared['evals']['valfam']['data'] = '/no/such/folder'
+    with pytest.raises(sweep.errors.ConfigError, match='evals.valfam.data=.*no such folder'):
+      sweep.check(declared, sweep.trial_config(module.get_config('demo'), declared, {},
+                                               '/tmp/w'))
 
 
 def test_chosen_flags_set_what_the_trial_trained(tmp_path):
@@ -282,6 +282,12 @@ def test_a_workdir_of_another_sweep_is_refused_and_another_workdir_sweeps(sweeps
     sweep.study(two, str(tmp_path / 'a'), '', 'sweep two, other flags')
   assert str(tmp_path / 'a') in str(refused.value)
   sweep.study(two, str(tmp_path / 'b'), '', 'sweep two, other flags')  # as said
+  # Choosing on another split, metric or direction is another study; a larger budget is not.
+  same = sweep.identity_of(sweeps_config, two, {})
+  assert sweep.identity_of(sweeps_config, dict(two, trials=9), {}) == same
+  for changed in (dict(choose='family'), dict(metric='tuned/score'), dict(every=8),
+                  dict(direction='minimize'), dict(pruner='median')):
+    assert sweep.identity_of(sweeps_config, dict(two, **changed), {}) != same, changed
 
 
 @pytest.mark.slow
