@@ -348,6 +348,9 @@ def run_trial(found, sweep, workdir, number, params, base, given):
   settings = values_of(sweep, params)
   config = trial_config(base, sweep, settings, workdir)
   trial = optuna.trial.Trial(found, frozen._trial_id)  # pylint: disable=protected-access
+  # The earlier processes' seconds, as a number: `frozen` is the study's live copy, which
+  # the seconds this process sets would update.
+  earlier = frozen.user_attrs.get('seconds', 0.0)
   # What launch.train and launch.evaluate take to resume or score this trial as a run.
   files.write_atomic(os.path.join(trial_dir, 'overrides.flags'),
                      '\n'.join(flag_lines({**given, **settings})) + '\n')
@@ -362,7 +365,7 @@ def run_trial(found, sweep, workdir, number, params, base, given):
           f'sweep {sweep["name"]!r}: metric={sweep["metric"]!r} is not a score of evals.'
           f'{choose}; its scores: {", ".join(k for k, v in flat.items() if _is_number(v))}')
     trial.report(flat[sweep['metric']], step)
-    _add_seconds(trial, frozen, began)  # kept so far, should the process be killed
+    _add_seconds(trial, earlier, began)  # kept so far, should the process be killed
     if trial.should_prune():
       raise optuna.TrialPruned(f'{key} {flat[sweep["metric"]]:.4f} at step {step}')
 
@@ -378,31 +381,30 @@ def run_trial(found, sweep, workdir, number, params, base, given):
     if value is None:  # stopped between its last checkpoint and that step's evaluation
       value = inference.flatten(restored.evaluate(
           config, trial_dir, [n for n in (config.eval.tune_split, choose) if n]))[key]
-    _add_seconds(trial, frozen, began)
+    _add_seconds(trial, earlier, began)
     found.tell(number, value)
     console.say(f'Trial {number}: {key} {value:.4f}')
   except Stopped:  # preempted: the next leg adds its time to this one's
-    _add_seconds(trial, frozen, began)
+    _add_seconds(trial, earlier, began)
     raise
   except optuna.TrialPruned as e:
-    _add_seconds(trial, frozen, began)
+    _add_seconds(trial, earlier, began)
     found.tell(number, state=optuna.trial.TrialState.PRUNED)
     console.say(f'Trial {number} pruned: {e}')
   except train.NonFinite as e:  # a setting that diverges is a result, not a crash
     trial.set_user_attr('error', str(e))
-    _add_seconds(trial, frozen, began)
+    _add_seconds(trial, earlier, began)
     found.tell(number, state=optuna.trial.TrialState.FAIL)
     console.say(f'Trial {number} failed: {e}')
   finally:
     _claims.pop(number).release()
 
 
-def _add_seconds(trial, frozen, began):
-  """The trial's own time (training and evaluation), summed over the processes that ran it
-  (this one's since `began`, added to what `frozen`, the trial as this process found it,
-  held; so setting it again replaces this process's share)."""
-  trial.set_user_attr('seconds', frozen.user_attrs.get('seconds', 0.0) +
-                      time.perf_counter() - began)
+def _add_seconds(trial, earlier, began):
+  """The trial's own time (training and evaluation), summed over the processes that ran it:
+  the `earlier` ones' and this one's since `began` (so setting it again replaces this
+  process's share)."""
+  trial.set_user_attr('seconds', earlier + time.perf_counter() - began)
 
 
 def _is_number(value):
