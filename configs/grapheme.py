@@ -64,25 +64,25 @@ def get_config(arg='demo'):
   # Affine jitter only (family, grapheme-hand-affine).
   c.aug.update(affine=True, rotate_deg=10.0, shear_deg=10.0, scale=(0.85, 1.15),
                translate=0.08, cutmix_alpha=1.0)
-  # steps: the demo's time budget (grapheme-demo-now-steps3400); lr (family,
-  # grapheme-rootletters-w0.1-lr3.2e-2).
-  c.train.update(steps=3400, batch_size=128, lr=3.2e-2, warmup_steps=100, log_every=50,
+  # steps: the demo's time budget (grapheme-demo-now-steps3400); lr: the sweep lr_tau's
+  # choice on the validation family (get_sweeps below; record sweep-grapheme-lr_tau).
+  c.train.update(steps=3400, batch_size=128, lr=0.03172320685147554, warmup_steps=100, log_every=50,
                  checkpoint_every=250)
   # val chooses the prediction rule's settings (eval.tune_split); test reports them as rule
   # 'chosen' beside the configured rule.
   c.evals = dict(val=dict(type='grapheme', every=1000), test=dict(type='grapheme', every=1000))
   c.eval.update(batch_size=256, tune_split='val')
   # A whole-grapheme prediction at least this confident overrides the component heads (2.0:
-  # never; val's choice); tau (family, grapheme-hand-nowhole-tau0.5): prior correction,
-  # argmax of log p - tau * log(training count), which helps the rare roots unseen graphemes
-  # bring.
+  # never; val's choice); tau: prior correction, the argmax of log p - tau * log(training
+  # count), which would help the rare roots unseen graphemes bring: the sweep lr_tau's
+  # choice on the validation family (record sweep-grapheme-lr_tau).
   # read: the test images straight from a Kaggle folder's parquet files, window_rows at a
   # time (0: a whole file; memory holds a window, 32 KB an image), or 'prepared' (converted
   # once to the training layout; bench/real_sizes.py measured both at full size).
   # tta_margins (family, grapheme-rootletters-w0.1-lr3.2e-2-tta2-4-8): test-time views, one
   # per crop margin around the ink in source pixels (grapheme/evaluate.py; empty: one view,
   # margin 4, as training crops).
-  c.predict = dict(seen_threshold=2.0, tau=0.5, read='stream', window_rows=0,
+  c.predict = dict(seen_threshold=2.0, tau=0.0, read='stream', window_rows=0,
                    tta_margins=(2, 4, 8))
 
   if arg == 'kaggle':

@@ -227,10 +227,22 @@ SETUP_SIZES = (('demo venv, fresh', 'demo_venv_mb'), ('test venv', 'test_venv_mb
                ('chromium-common', 'debian_chromium_common_mb'))
 
 # A sweep's table is drawn from its record alone: every trial, the baseline and the choice.
-SWEEP_TABLES = {}
+SWEEP_TABLES = {'grapheme-lr_tau-sweep': 'sweep-grapheme-lr_tau'}
+# The sweep's choice and the settings it replaced, on every set, after the choice was made.
+SWEEP_CHOICE = (('validation family (chose)', '-val-family', 'test/combined/all/score'),
+                ('its unseen', '-val-family', 'test/combined/unseen/score'),
+                ('own test (reports)', '-own-test', 'test/combined/all/score'),
+                ('its unseen', '-own-test', 'test/combined/unseen/score'),
+                ('third family (reports)', '-other-family', 'test/combined/all/score'),
+                ('its unseen', '-other-family', 'test/combined/unseen/score'))
 
 TABLES = {
     **SWEEP_TABLES,
+    'grapheme-lr_tau-choice': (SWEEP_CHOICE, (
+        ('the settings before the sweep, its trial 0: lr 3.2e-2, tau 0.5',
+         'sweep-grapheme-lr_tau-baseline', ''),
+        ("the sweep's choice, trial 1: lr 0.0317, tau 0.0: `make demo`",
+         'sweep-grapheme-lr_tau-chosen', ''))),
     'compile-time': (COMPILE_TIME, (
         ("the trainer's step (`bench/train_step.py`'s case)", 'compile-time', 'step/'),
         ('plain SGD in place of global-norm clipping + AdamW', 'compile-time', 'sgd/'),
@@ -255,9 +267,9 @@ TABLES = {
             ('configs/grapheme.py:test', 'grapheme'),
             ('configs/fragments.py:test', 'fragments'),
             ('configs/fragments.py:recipe=saghog,size=test', 'saghog')))),
-    # The README's: make demo on the three families (docs/graphemes.md has the rest).
+    # make demo before the sweep on the three families (docs/graphemes.md has the rest).
     'grapheme-summary': (tuple(ACROSS_FAMILIES[i] for i in (0, 2, 4, 5, 6, 7)), (
-        ('`make demo`', 'grapheme-demo-letters', ''),
+        ('`make demo` before the sweep (lr 3.2e-2, tau 0.5)', 'grapheme-demo-letters', ''),
         ('the same, a second seed (`--config.seed=1`)', 'grapheme-demo-letters-seed1', ''))),
     'grapheme-across-families': (ACROSS_FAMILIES, tuple(
         (label, record, '') for label, record in RECIPES_ACROSS_FAMILIES) + (
@@ -441,24 +453,23 @@ def _setting(value):
 
 
 def sweep_table(name, here):
-  """Every trial of the sweep record `name`: its settings, the choosing metric, the step it
-  reached and its minutes; the config's own settings and the chosen trial marked."""
+  """Every trial of the sweep record `name`: its settings, the choosing metric, its state and
+  the step it reached; the config's own settings and the chosen trial marked."""
   record = load(name)
   sweep = record['sweep']
   params = ast.literal_eval(sweep['declaration']['space'])
   metric = f'{sweep["declaration"]["choose"]}/{sweep["declaration"]["metric"]}'
   chosen = (sweep.get('chosen') or {}).get('trial')
   lines = ['| trial | ' + ' | '.join(f'`{p}`' for p in params) +
-           f' | {metric} (chooses) | state | step | minutes | |',
-           '|---' * (len(params) + 6) + '|']
+           f' | {metric} (chooses) | state | step | |',
+           '|---' * (len(params) + 5) + '|']
   for trial in sweep['trials']:
     marks = [m for m, on in (("the config's own", trial['baseline'] == 'yes'),
                              ('chosen', trial['trial'] == chosen)) if on]
     value = '' if trial[metric] == '' else f'{trial[metric]:.4f}'  # '': pruned unevaluated
     lines.append(
         f'| {trial["trial"]} | ' + ' | '.join(_setting(trial[p]) for p in params) +
-        f' | {value} | {trial["state"]} | {trial["step"]:,} | '
-        f'{trial["seconds"] / 60:.1f} | {", ".join(marks)} |')
+        f' | {value} | {trial["state"]} | {trial["step"]:,} | {", ".join(marks)} |')
   test = f'chosen/test/{sweep["declaration"]["metric"]}'
   if test in record['scores']:
     lines.append(f'\nThe chosen trial on the test split, scored once after the sweep (it '
