@@ -445,11 +445,11 @@ def table(name, page=None):
 
 
 def _setting(value):
-  """A parameter as the table shows it: a float to 3 significant digits, a tuple as
-  written."""
+  """A parameter as the table shows it: a float to 3 significant digits, a tuple (a JSON
+  list in the record) as code."""
   if isinstance(value, float):
     return f'{value:.3g}'
-  return f'`{value}`' if isinstance(value, str) and value.startswith('(') else str(value)
+  return f'`{tuple(value)}`' if isinstance(value, list) else str(value)
 
 
 def sweep_table(name, here):
@@ -459,7 +459,7 @@ def sweep_table(name, here):
   sweep = record['sweep']
   params = ast.literal_eval(sweep['declaration']['space'])
   metric = f'{sweep["declaration"]["choose"]}/{sweep["declaration"]["metric"]}'
-  chosen = (sweep.get('chosen') or {}).get('trial')
+  chosen = sweep['chosen']['trial']  # add_sweep keeps finished sweeps only
   lines = ['| trial | ' + ' | '.join(f'`{p}`' for p in params) +
            f' | {metric} (chooses) | state | step | |',
            '|---' * (len(params) + 5) + '|']
