@@ -25,7 +25,7 @@ def get_sweeps(arg):
   common = dict(choose='val', every=4, sampler='grid', pruner='', startup_trials=1)
   return {{'four': dict(common, space={{'train.lr': [1e-3, 2e-3, 4e-3, 8e-3]}}, trials=4),
           'two': dict(common, space={{'train.lr': [1e-3, 1e-2]}}, trials=2),
-          'long': dict(common, space={{'train.lr': [1e-3, 1e-2]}}, trials=2, every=400),
+          'long': dict(common, space={{'train.lr': [1e-3]}}, trials=1, every=200),
           'pruned': dict(common, space={{'train.lr': [1e-3, 1e-2]}}, trials=1, pruner='median',
                          sampler='tpe'),
           'on_test': dict(common, space={{'train.lr': [1e-3]}}, trials=1, choose='test'),
@@ -226,12 +226,12 @@ def test_a_sweep_killed_in_its_second_trial_resumes_each_trial_once(sweeps_confi
 def test_a_test_report_asked_while_another_process_sweeps_is_given_after_it_as_said(
     sweeps_config, grapheme_data, tmp_path):
   workdir = str(tmp_path / 'sweep')
-  args = sweep_args(sweeps_config, 'long', grapheme_data, workdir, '--config.train.steps=400')
-  second = os.path.join(workdir, 'trials', '001', 'checkpoints')
+  args = sweep_args(sweeps_config, 'long', grapheme_data, workdir, '--config.train.steps=200')
+  training = os.path.join(workdir, 'trials', '000', 'checkpoints')
   with open(tmp_path / 'sweep.log', 'w') as log:
     process = start_sweep(args, log)
     try:
-      wait_for(second, process, log)  # the second trial is training
+      wait_for(training, process, log)  # the trial is training
       early = run_module('launch.sweep', *args, '--report_test', check=False)
       assert early.returncode == 1 and ('trials are still running; rerun it when the sweep '
                                         'has finished') in early.stderr, early.stderr[-2000:]
