@@ -11,6 +11,7 @@ import datetime
 import multiprocessing
 import signal
 import sys
+import threading
 import time
 
 import tqdm
@@ -109,15 +110,25 @@ def worker_pool(workers, context=None, initializer=None, initargs=()):
   terminal's group, and a worker's KeyboardInterrupt would print its own traceback, or end it
   holding its pool's queue lock (the parent's Pool.terminate then waits for that lock forever:
   seen with workers that exited on Ctrl-C). The parent alone stops (leaving the block
-  terminates the workers) and says what was interrupted. Ctrl-C is held back (blocked, which
-  fork and exec keep) while the pool starts, so a worker that is still starting up, or a
-  forkserver still importing, cannot take it before it ignores it (seen: the generator ran on
-  to the end when Ctrl-C came as its pool started); the parent takes it once the pool is up."""
+  terminates the workers) and says what was interrupted.
+
+  A worker must ignore Ctrl-C from its first instruction, not from `_ignore_ctrl_c`: it
+  imports and unpickles its job first, seconds on busy cores. While the pool starts, the
+  parent holds Ctrl-C back (blocked, which fork keeps: it takes it once the pool is up) and
+  ignores it (which exec keeps): a forkserver started then is born ignoring it, and gives
+  its own workers the disposition it was born with. Blocking alone does not reach them: the
+  forkserver forks with its own signal mask (seen: a worker still starting printed a
+  KeyboardInterrupt's traceback when Ctrl-C came two seconds into the generator's run)."""
   held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+  # signal.signal works in the main thread alone; elsewhere (a server's) Ctrl-C is not ours.
+  main = threading.current_thread() is threading.main_thread()
+  previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
   try:
     pool = multiprocessing.get_context(context).Pool(workers, _ignore_ctrl_c,
                                                      (initializer, *initargs))
   finally:
+    if main:
+      signal.signal(signal.SIGINT, previous)
     signal.pthread_sigmask(signal.SIG_SETMASK, held)
   with pool:
     yield pool

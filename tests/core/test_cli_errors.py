@@ -159,3 +159,53 @@ def test_ctrl_c_inside_a_garbage_collector_callback_still_stops_the_program():
   proc.send_signal(signal.SIGINT)
   _, stderr = proc.communicate(timeout=20)
   assert (proc.returncode, stderr) == (130, 'Interrupted (Ctrl-C) while collecting.\n')
+
+
+SLOW_STARTING_WORKER = '''
+import os, pathlib, sys, time
+from bengrapheme import console
+
+class SlowToUnpickle:
+  """A worker unpickles its initializer's arguments before any of the pool's code runs."""
+  def __reduce__(self):
+    return slow_restore, (sys.argv[1],)
+
+def slow_restore(note):
+  pathlib.Path(note).write_text(str(os.getpid()))  # now starting: Ctrl-C comes here
+  time.sleep(3)
+  return None
+
+def keep(_):
+  pass
+
+def pid(_):
+  return os.getpid()
+
+if __name__ == '__main__':
+  with console.worker_pool(1, 'forkserver', keep, (SlowToUnpickle(),)) as pool:
+    print(pool.apply(pid, (0,)), flush=True)
+'''
+
+
+def test_a_forkserver_worker_still_starting_ignores_ctrl_c(tmp_path):
+  """Ctrl-C reaches every process of the terminal's group, and a pool's worker spends its
+  first seconds importing and unpickling its job (on busy cores): it must ignore Ctrl-C from
+  its birth, or it prints a KeyboardInterrupt's traceback and dies (seen in the generator's
+  forkserver workers; a forked worker is born with the parent's mask, which holds Ctrl-C
+  back). The worker here takes 3 s to unpickle and is sent Ctrl-C meanwhile: it serves the
+  job, and nothing is printed."""
+  script, note = tmp_path / 'pool.py', tmp_path / 'starting'
+  script.write_text(SLOW_STARTING_WORKER)
+  proc = subprocess.Popen([sys.executable, script, note], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  deadline = time.time() + 60
+  while not note.exists() or not note.read_text():
+    assert proc.poll() is None, proc.communicate()
+    assert time.time() < deadline, 'the worker never started'
+    time.sleep(0.01)
+  worker = int(note.read_text())
+  os.kill(worker, signal.SIGINT)
+  stdout, stderr = proc.communicate(timeout=60)
+  assert (proc.returncode, stderr) == (0, '')
+  assert stdout == f'{worker}\n'  # the worker that took Ctrl-C served the job
