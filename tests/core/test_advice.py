@@ -74,6 +74,7 @@ def test_a_collection_trains_without_evaluations_as_said(tmp_path, fragment_data
   assert evaluators.make(config, task, str(tmp_path), evaluators.in_training(config)) == {}
 
 
+@pytest.mark.slow
 def test_no_config_and_no_config_json_says_to_give_the_config(tmp_path, fragment_data):
   workdir = tmp_path / 'empty'
   workdir.mkdir()
@@ -177,6 +178,7 @@ def test_a_workdirs_config_json_reads_back_as_the_config_saved(tmp_path):
   assert train.read_config(str(tmp_path / 'none')) is None
 
 
+@pytest.mark.slow
 def test_an_empty_val_split_is_filled_either_way_said(grapheme_data, tmp_path):
   from bengrapheme.grapheme import data
   values = {'data.dir': grapheme_data, 'data.val_fraction': 0.0, 'unseen.val_graphemes': 0}
@@ -190,6 +192,7 @@ def test_an_empty_val_split_is_filled_either_way_said(grapheme_data, tmp_path):
     assert len(data.source(config, str(tmp_path / path), 'val')) > 0
 
 
+@pytest.mark.slow
 def test_without_the_march_2020_files_train_csv_labels_are_read_as_said(grapheme_data,
                                                                       tmp_path):
   import shutil
@@ -206,6 +209,7 @@ def test_without_the_march_2020_files_train_csv_labels_are_read_as_said(grapheme
   assert len(data.source(config, str(tmp_path / 'b'), 'train')) > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('generator', ['grapheme', 'grapheme_family', 'fragments',
                                        'fragment_family'])
 def test_a_generator_writes_into_a_new_out_as_said(generator, tmp_path):
@@ -265,6 +269,7 @@ def test_no_data_is_given_as_said(module, variant, grapheme_data, fragment_data)
   task.check_data(config)
 
 
+@pytest.mark.slow
 def test_writer_classes_are_counted_from_the_data_as_said(fragment_data):
   from flax import nnx
   from retrieval.writer_id import model

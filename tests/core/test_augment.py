@@ -55,6 +55,7 @@ def test_default_config_fields():
                              'grid_mask_prob', 'mixup_alpha', 'cutmix_alpha', 'mix_prob'}
 
 
+@pytest.mark.slow
 def test_shapes_and_dtypes_preserved():
   images, targets = random_images(), one_hot_targets()
   key = jax.random.key(1)
@@ -252,6 +253,7 @@ def test_the_defaults_augment_nothing():
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_apply_is_deterministic_under_jit():
   images, targets = random_images(), one_hot_targets()
   first = apply_step(jax.random.key(10), images, targets)
@@ -284,6 +286,7 @@ SHARDED_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_apply_sharded_over_8_devices_matches_one_device(tmp_path):
   images, targets = random_images(), one_hot_targets()
   np.save(tmp_path / 'images.npy', images)

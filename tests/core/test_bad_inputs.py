@@ -479,6 +479,7 @@ def snapshot(folder):
   return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob('*')}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('case', [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])
 def test_bad_input(case, request, tmp_path):
   original = pathlib.Path(request.getfixturevalue(FIXTURES[case.data]))
@@ -496,6 +497,7 @@ def test_catalogue_ids_are_distinct():
   assert len({c.id for c in CASES}) == len(CASES) >= 25
 
 
+@pytest.mark.slow
 def test_undamaged_copies_pass(grapheme_data, fragment_data, tmp_path):
   """The damage, not the copying or the harness, is what each case trips over."""
   for split in ('train', 'test'):

@@ -167,6 +167,7 @@ def test_numpy_evaluator_matches_retrieval_metrics():
       assert got[labeling][key] == pytest.approx(want[labeling][key], abs=1e-6)
 
 
+@pytest.mark.slow
 def test_retrieval_rows_through_workers():
   rows = metrics_speed.retrieval('tiny', repeats=1)  # asserts equal results itself
   assert [r['unit'] for r in rows] == ['s', 's', 'GB']

@@ -47,6 +47,7 @@ def test_empty_data_folder_gives_one_line_and_creates_no_workdir(tmp_path, confi
   assert not workdir.exists()  # no workdir, no lock
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('module', ['launch.predict', 'launch.evaluate'])
 def test_workdir_without_checkpoint_gives_one_line_before_building_the_model(tmp_path,
                                                                              module):
@@ -66,6 +67,7 @@ def test_workdir_without_checkpoint_gives_one_line_before_building_the_model(tmp
   assert not (tmp_path / 'nowhere').exists()
 
 
+@pytest.mark.slow
 def test_traceback_on_request(tmp_path):
   args = ('launch.predict', '--config=configs/grapheme.py:test', '--workdir', tmp_path)
   flagged = run_module(*args, '--traceback', check=False)
@@ -81,6 +83,7 @@ def tmp_folder_holds(tmp_path, name):
              for p in tmp_path.iterdir())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('moment', ['starting', 'drawing', 'between_shards'])
 def test_ctrl_c_while_writing_data_is_one_line_and_leaves_nothing(tmp_path, moment):
   """Ctrl-C reaches the whole process group, pool workers included, as from a terminal:

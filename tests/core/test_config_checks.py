@@ -130,6 +130,7 @@ def test_a_bad_value_is_named_with_what_is_allowed(module, values, allowed):
   assert allowed in message and '\n' not in message, message
 
 
+@pytest.mark.slow
 def test_every_variant_passes_its_checks():
   for module in ('configs.grapheme', 'configs.fragments', 'configs.maskfeat'):
     for variant in importlib.import_module(module).VARIANTS:
@@ -142,6 +143,7 @@ def test_every_variant_passes_its_checks():
     # Before, a bad export method surfaced only after the whole evaluation had run.
     ('launch.evaluate', 'configs/fragments.py:test', '--config.eval.export_method=best'),
 ])
+@pytest.mark.slow
 def test_entry_points_stop_in_one_line_before_any_work(tmp_path, command, config, flag):
   workdir = tmp_path / 'run'
   result = run_module(command, f'--config={config}', flag, '--data', tmp_path,

@@ -48,6 +48,7 @@ def dry_run(config, *overrides, devices=1, workdir=None, timeout=600):
     ('configs/grapheme.py:test', 1, False),  # no --workdir at all
     ('configs/fragments.py:test', 2, True),  # one given that does not exist stays absent
 ])
+@pytest.mark.slow
 def test_dry_run_prints_the_costs_and_writes_nothing(config, devices, workdir, tmp_path):
   """Nothing but the compiled programs, in the compilation cache it is given."""
   cache = tmp_path / 'cache'
@@ -59,6 +60,7 @@ def test_dry_run_prints_the_costs_and_writes_nothing(config, devices, workdir, t
   assert any(e.startswith('jit_train_step-') and e.endswith('-cache') for e in entries)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name, data', [('grapheme', 'grapheme_data'),
                                         ('fragments', 'fragment_data')])
 def test_random_batches_are_shaped_as_the_training_batches(name, data, request, tmp_path):
@@ -71,6 +73,7 @@ def test_random_batches_are_shaped_as_the_training_batches(name, data, request, 
   assert shapes(task.random_batch(config, size)) == shapes(real)
 
 
+@pytest.mark.slow
 def test_a_topology_this_host_lacks_is_compiled_and_not_run():
   """--dry_run_devices: the step compiled for 4 simulated devices from one real one; each
   device's share of the batch is a quarter."""
@@ -83,6 +86,7 @@ def test_a_topology_this_host_lacks_is_compiled_and_not_run():
                                                                                 rel=0.05)
 
 
+@pytest.mark.slow
 def test_a_step_that_does_not_fit_is_reported_without_a_traceback(monkeypatch, capsys):
   """The kaggle recipe at its batch of 256 needs more than this host has: made small here,
   the test recipe against a host of 8 MiB. The state is never built, the step never run."""

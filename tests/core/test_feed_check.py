@@ -21,6 +21,7 @@ def rates(out):
   return feeds, float(step.group(1).replace(',', ''))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('task', sorted(TASKS))
 def test_both_rates_and_the_bound_are_reported_and_nothing_written(task, request, tmp_path):
   config, data = TASKS[task]
@@ -37,6 +38,7 @@ def test_both_rates_and_the_bound_are_reported_and_nothing_written(task, request
   assert not os.listdir(scratch)  # the prepared data's scratch folder is gone
 
 
+@pytest.mark.slow
 def test_a_slow_input_is_named_as_the_bound(grapheme_data, monkeypatch, capsys):
   from configs import grapheme
   from bengrapheme.grapheme import task

@@ -121,6 +121,7 @@ def test_out_of_space_leaves_nothing_and_a_rerun_builds(small_disk, source):
   assert [p.name for p in (disk / 'cache').iterdir()] == [entry.name]
 
 
+@pytest.mark.slow
 def test_prepare_out_of_space_then_rebuilt_then_damaged(grapheme_data, small_disk, capsys):
   """The Kaggle conversion (images written through a memory map, which would die of SIGBUS
   on a full disk without the allocation up front)."""

@@ -74,6 +74,7 @@ def report_path(task, request):
   return os.path.join(request.getfixturevalue(f'{task}_evaluated'), 'eval', 'report.html')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('task', ['grapheme', 'fragment'])
 def test_report_has_every_section_and_is_self_contained(task, request):
   """Checked without a browser, so that a machine without Chromium still checks it."""

@@ -178,6 +178,7 @@ def test_sigkill_at_random_moments_then_resume_is_bitwise_equal(task, tmp_path, 
   assert [r['loss'] for r in rows] == [r['loss'] for r in expected]
 
 
+@pytest.mark.slow
 def test_sigterm_saves_the_current_step_and_exits_cleanly(grapheme_data, tmp_path):
   workdir = tmp_path / 'preempted'
   args = train_args('grapheme', grapheme_data, workdir, steps=10_000)
@@ -193,6 +194,7 @@ def test_sigterm_saves_the_current_step_and_exits_cleanly(grapheme_data, tmp_pat
   assert f'at step {saved}' in result.stdout
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_the_current_step_and_the_rerun_resumes(grapheme_data, tmp_path):
   workdir = tmp_path / 'interrupted'
   args = train_args('grapheme', grapheme_data, workdir, steps=10_000)
@@ -207,6 +209,7 @@ def test_ctrl_c_saves_the_current_step_and_the_rerun_resumes(grapheme_data, tmp_
   assert f'at step {saved}' in result.stdout
 
 
+@pytest.mark.slow
 def test_ctrl_c_before_the_first_step_stops_at_once_and_the_rerun_trains(grapheme_data,
                                                                           tmp_path):
   workdir = tmp_path / 'early'
@@ -232,6 +235,7 @@ def logged_rows(workdir):
   return [{k: v for k, v in row.items() if k != 'images_per_s'} for row in rows]
 
 
+@pytest.mark.slow
 def test_log_rows_after_a_resume_equal_an_uninterrupted_runs(grapheme_data, tmp_path):
   """Resumed from step 4, in the middle of a log interval (rows every 3 steps), the rerun
   logs the rows the uninterrupted run logged: the interval's sums were saved at step 4."""
@@ -251,6 +255,7 @@ def test_log_rows_after_a_resume_equal_an_uninterrupted_runs(grapheme_data, tmp_
   assert all(rate and rate > 0 for rate in rates)  # every row after the first step has one
 
 
+@pytest.mark.slow
 def test_nan_stops_naming_the_step_and_keeps_the_last_good_checkpoint(grapheme_data,
                                                                       tmp_path):
   workdir = tmp_path / 'nan'
@@ -323,6 +328,7 @@ def test_full_disk_stops_naming_the_space_left_and_the_rerun_resumes(grapheme_da
   assert os.path.isdir(workdir / 'checkpoints' / str(kept + 2))
 
 
+@pytest.mark.slow
 def test_a_run_that_fails_releases_the_workdir_and_signal_handlers(grapheme_data, tmp_path):
   """An in-process caller (a notebook, a sweep) goes on after a failed run: the workdir lock,
   the SIGTERM / Ctrl-C handlers and the checkpoint manager are released whatever the error."""

@@ -51,6 +51,7 @@ def assert_same_first_batches(a, b):
     np.testing.assert_array_equal(x[key], y[key], err_msg=key)
 
 
+@pytest.mark.slow
 def test_bengaliai_matches_the_kaggle_reader(grapheme_data, tfds_dir, tmp_path):
   direct, built = configs(grapheme_configs, grapheme_data, tfds_dir, 'kaggle')
   for split in ('train', 'val', 'test'):  # val: the same hold-out of the same row order
@@ -69,6 +70,7 @@ def test_bengaliai_matches_the_kaggle_reader(grapheme_data, tfds_dir, tmp_path):
                             grapheme_task.train_data(built, str(tmp_path), 8))
 
 
+@pytest.mark.slow
 def test_hisfrag20_matches_the_folder_reader(fragment_data, tfds_dir, tmp_path):
   direct, built = configs(fragment_configs, fragment_data, tfds_dir, 'folder')
   for split in ('train', 'val', 'test'):  # val: writers of train/ held out of training
@@ -126,6 +128,7 @@ def test_tfds_format_needs_a_build(tmp_path):
       name.source(config, str(tmp_path), 'test')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('module, task, data', [(grapheme_configs, grapheme_task, 'grapheme_data'),
                                                  (fragment_configs, fragment_task, 'fragment_data')])
 def test_the_missing_build_is_made_with_the_command_it_names(module, task, data, tmp_path,
@@ -142,6 +145,7 @@ def test_the_missing_build_is_made_with_the_command_it_names(module, task, data,
   assert len(task.source(config, str(tmp_path), 'test')) > 0
 
 
+@pytest.mark.slow
 def test_corrected_labels_with_a_build_are_read_either_way_said(grapheme_data, tfds_dir,
                                                                 tmp_path):
   config = grapheme_configs.get_config('test')

@@ -19,6 +19,7 @@ def losses(workdir):
   return {r['step']: r['loss'] for r in rows if 'loss' in r}
 
 
+@pytest.mark.slow
 def test_eight_devices_match_one(grapheme_data, grapheme_trained, tmp_path):
   """A 4 (data) x 2 (fsdp: parameters split) mesh reproduces the 1-device losses."""
   workdir = str(tmp_path / 'eight_devices')
@@ -38,6 +39,7 @@ def test_profile_trace_of_the_asked_steps(grapheme_trained):
   assert len(traces) == 1
 
 
+@pytest.mark.slow
 def test_evaluate_and_predict(grapheme_data, grapheme_evaluated):
   workdir = grapheme_evaluated
   with open(os.path.join(workdir, 'eval', 'metrics.json')) as f:
@@ -78,6 +80,7 @@ def test_evaluate_and_predict(grapheme_data, grapheme_evaluated):
   assert open(os.path.join(workdir, 'submission.csv')).read() == streamed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('window_rows', [0, 1, 4])
 def test_predict_windows_read_the_test_images_in_order(grapheme_data, window_rows, tmp_path):
   """predict's windows over the test parquet files hold exactly the prepared images."""
@@ -116,6 +119,7 @@ def test_submission_is_never_partial(tmp_path, monkeypatch):
   assert open(path).read() == before == 'row_id,target\na,1\nb,2\n'
 
 
+@pytest.mark.slow
 def test_the_chosen_rule_is_the_configured_rule_with_the_tuned_settings(grapheme_data,
                                                                          grapheme_evaluated):
   """What an evaluator applies from eval.tune_split's choice scores as a config whose own

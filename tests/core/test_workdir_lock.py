@@ -45,6 +45,7 @@ def holder(workdir, kind='FileLock', args='', fork=False):
   return proc
 
 
+@pytest.mark.slow
 def test_second_trainer_refuses_at_once_naming_the_holder(grapheme_data, tmp_path):
   workdir = tmp_path / 'run'
   proc = holder(workdir)

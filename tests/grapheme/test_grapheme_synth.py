@@ -48,6 +48,7 @@ def _csv_bytes(out):
   return {name: open(os.path.join(out, name), 'rb').read() for name in names}
 
 
+@pytest.mark.slow
 def test_image_files_in_kaggle_layout(dataset):
   out, written = dataset
   for split, num in (('train', NUM_TRAIN), ('test', NUM_TEST)):
@@ -223,6 +224,7 @@ def test_never_leaves_a_partial_dataset(tmp_path, monkeypatch):
   assert os.listdir(tmp_path) == ['full']  # neither `out` nor its temporary folder
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('family', ['validation', 'other'])
 def test_families_are_kaggle_test_splits_drawn_apart_from_training(family, tmp_path):
   """synth_val (chooses settings) and experiments/grapheme_other_family (reports) write a test split
@@ -267,6 +269,7 @@ def test_validation_family_stages_can_be_left_out_for_a_diagnosis():
   assert set(synth_val.DIAGNOSIS_FONTS.items()) <= set(synth.TRAIN_FONTS.items())
 
 
+@pytest.mark.slow
 def test_validation_family_train_split_is_an_upper_bound_in_training_fonts(tmp_path):
   """--train writes seen graphemes in the family's look but training's fonts, beside a test
   split equal to the one written without it (the family itself stays the same images)."""

@@ -126,6 +126,7 @@ def train_csv_cases(text):
   }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('case', ['negative vowel', 'non-integer', 'empty label'])
 def test_train_csv_errors(data, tmp_path, case):
   text, expected = train_csv_cases(data.files['train.csv'])[case]
@@ -348,6 +349,7 @@ IMAGE_ID_KINDS = {'string': pa.types.is_string, 'large_string': pa.types.is_larg
                   and pa.types.is_string(t.value_type)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', list(OLD_VARIANTS))
 def test_older_writer_file_read_back(old, name, monkeypatch):
   _, numbers, expect = OLD_VARIANTS[name]
@@ -382,6 +384,7 @@ def test_older_writer_file_read_back(old, name, monkeypatch):
   assert not out[0].any()
 
 
+@pytest.mark.slow
 def test_older_writer_files_prepare_round_trip(old, tmp_path):
   root = tmp_path / 'data'
   root.mkdir()
@@ -485,6 +488,7 @@ def test_test_without_labels(data, tmp_path):
   assert split.graphemes == [''] * 5
 
 
+@pytest.mark.slow
 def test_prepare_test_split_failure_and_rebuild(data, tmp_path, monkeypatch):
   path = variant(data, tmp_path / 'd', **{'test_labels.csv': data.files['test_labels.csv']})
   cache = tmp_path / 'cache'

@@ -92,6 +92,7 @@ def test_header_only_update_changes_nothing(tmp_path):
   assert kaggle.corrected_labels(tmp_path, image_ids) == {}
 
 
+@pytest.mark.slow
 def test_kaggle_folder_end_to_end(grapheme_data, tmp_path):
   """A folder as Kaggle ships it (no test answers) with 4 train rows relabelled 7: training
   reads the 8 classes (its class counts have a class 7); evaluate scores val, says in one

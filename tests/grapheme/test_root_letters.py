@@ -4,6 +4,7 @@ loss.terms.root_letters x the letters' binary cross-entropy, nothing else."""
 import jax
 import numpy as np
 from flax import nnx
+import pytest
 
 from bengrapheme import defaults
 from bengrapheme.grapheme import classes, kaggle, losses, model
@@ -30,6 +31,7 @@ def log_sigmoid(x):
   return -np.logaddexp(0, -x)
 
 
+@pytest.mark.slow
 def test_the_combined_root_is_the_head_plus_each_roots_letter_likelihood():
   net = model.make_model(config(0.1), nnx.Rngs(0))
   x = np.asarray(model.preprocess(batch()['image'], config(0.1)))

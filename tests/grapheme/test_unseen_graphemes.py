@@ -100,6 +100,7 @@ def test_kaggle_folder_and_rendered_images_share_one_stream(grapheme_data, tmp_p
   np.testing.assert_allclose(counts[0], 0.75 * real_roots + 0.25 * len(real) * drawn_roots / 24)
 
 
+@pytest.mark.slow
 def test_validation_holds_out_whole_graphemes(grapheme_data, tmp_path):
   config = config_for(grapheme_data)
   config.unseen.val_graphemes = 0.5  # the tiny fixture needs many to hold some out
@@ -139,6 +140,7 @@ def test_root_letters_tell_every_root_apart_and_combine_into_it():
   np.testing.assert_array_equal(np.argmax(combined, -1), np.arange(len(letters)))
 
 
+@pytest.mark.slow
 def test_test_time_views_average_the_probabilities_of_each_crop_margin():
   config = grapheme_config.get_config('test')
   config.input.update(stretch_contrast=False, crop_to_ink=True)

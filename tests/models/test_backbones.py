@@ -31,6 +31,7 @@ def param_count(model):
     ('seresnext101_32x4d', se_resnext, dict(depth=101)),
     ('resnet50', resnet, dict(depth=50, stem='imagenet')),
 ])
+@pytest.mark.slow
 def test_parameter_counts_equal_timms(timm_name, module, args):
   # Grayscale, as both tasks use them (colour input: test_safetensors_colour_input...).
   with torch.device('meta'):  # shapes only, no initialisation
@@ -99,6 +100,7 @@ def torchvision_case(name):
     ('torchvision', 'resnet34', resnet,
      dict(depth=34, width=64, stem='imagenet', padding='symmetric')),
 ])
+@pytest.mark.slow
 def test_converted_forward_equals_pytorch(source, name, module, args, tmp_path):
   model, trunk = (timm_case if source == 'timm' else torchvision_case)(name)
   path = str(tmp_path / 'weights.pth')
@@ -106,6 +108,7 @@ def test_converted_forward_equals_pytorch(source, name, module, args, tmp_path):
   assert_same_features(converted(module, path, in_channels=1, **args), trunk)
 
 
+@pytest.mark.slow
 def test_safetensors_colour_input_and_bfloat16(tmp_path):
   model, trunk = timm_case('efficientnet_b0')
   path = str(tmp_path / 'model.safetensors')

@@ -35,6 +35,7 @@ def output_and_grads(conv, x, w, strides, padding, cotangent):
     *[((2, 19, 21, 6), k, s, 'symmetric') for k in (3, 5) for s in (1, 2)],
     ((2, 3, 2, 6), 5, 1, 'symmetric'), ((2, 3, 2, 6), 3, 2, 'same'),
     ((2, 19, 21, 6), 5, 2, 'same')])
+@pytest.mark.slow
 @pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
 def test_depthwise_conv_and_its_gradients_equal_the_grouped_convolution(shape, kernel, stride,
                                                                          padding, dtype):

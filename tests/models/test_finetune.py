@@ -33,6 +33,7 @@ def updates(config, params, steps=4):
   return out
 
 
+@pytest.mark.slow
 def test_backbone_learning_rate_is_scaled_and_frozen_first():
   config = grapheme.get_config('test')
   shapes = nnx.state(nnx.eval_shape(lambda: task.make_model(config, nnx.Rngs(0))), nnx.Param)
@@ -55,6 +56,7 @@ def test_backbone_learning_rate_is_scaled_and_frozen_first():
       assert all(np.abs(x).max() > 0 for x in jax.tree.leaves(t['heads']))
 
 
+@pytest.mark.slow
 def test_weight_decay_skips_vectors_and_what_no_decay_matches():
   """With zero gradients AdamW's update is the decay alone: on matrices and kernels, not on
   vectors, and not on the parameters train.no_decay names."""

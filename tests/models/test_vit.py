@@ -112,6 +112,7 @@ def assert_close(got, expected):
     ('learnt', True, 'token'),
     ('sincos', True, 'avg'),
 ])
+@pytest.mark.slow
 def test_forward_and_token_map_equal_timms(position, class_token, pool):
   torch.manual_seed(0)
   reference = randomised(timm_vit(**SMALL, position=position, class_token=class_token,

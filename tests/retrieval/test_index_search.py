@@ -63,6 +63,7 @@ def indexed(fragment_evaluated, scholar):
               second=second, grown=load(workdir))
 
 
+@pytest.mark.slow
 def test_every_image_is_indexed_and_the_unreadable_one_named(indexed):
   folder, index = indexed['folder'], indexed['index']
   out = indexed['first'].stdout + indexed['first'].stderr
@@ -84,6 +85,7 @@ def test_a_rerun_embeds_only_the_added_images(indexed):
   np.testing.assert_array_equal(after.descriptors[kept], before.descriptors)
 
 
+@pytest.mark.slow
 def test_a_removed_image_leaves_the_index_and_another_setting_rebuilds_it(indexed, tmp_path):
   folder = tmp_path / 'fewer'
   shutil.copytree(indexed['folder'], folder, symlinks=True)
@@ -100,6 +102,7 @@ def test_a_removed_image_leaves_the_index_and_another_setting_rebuilds_it(indexe
   assert 'rebuilding it whole' in out and f'{len(images_in(folder))} embedded now' in out
 
 
+@pytest.mark.slow
 def test_search_inside_and_outside_the_collection(indexed, tmp_path):
   workdir, folder = indexed['workdir'], indexed['folder']
   paths = indexed['grown'].entries.paths.tolist()
@@ -139,6 +142,7 @@ def test_closest_pairs_of_the_collection(indexed, tmp_path):
   assert page.exists()
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_the_search_page_renders_in_headless_chromium(indexed, tmp_path):
   page = tmp_path / 'page.html'
@@ -150,6 +154,7 @@ def test_the_search_page_renders_in_headless_chromium(indexed, tmp_path):
   assert len(colours) > 100  # the query and its matches drawn, not a blank page
 
 
+@pytest.mark.slow
 def test_training_without_labels_on_the_collection_then_indexing_it(scholar, tmp_path):
   """What a scholar runs to adapt the encoder to their own folder first (surrogate classes:
   no names to read writers from, nothing to score, settings from the config)."""
@@ -166,6 +171,7 @@ def test_training_without_labels_on_the_collection_then_indexing_it(scholar, tmp
   assert sorted(index.entries.paths.tolist()) == images_in(folder)
 
 
+@pytest.mark.slow
 def test_an_interrupted_index_keeps_its_chunks_and_the_rerun_goes_on(indexed, tmp_path,
                                                                      monkeypatch):
   from bengrapheme import errors, restored
@@ -199,6 +205,7 @@ def test_an_interrupted_index_keeps_its_chunks_and_the_rerun_goes_on(indexed, tm
                              rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_training_evaluations_log_the_val_choice_that_the_index_reads(fragment_data, scholar,
                                                                       tmp_path):
   """Without launch.evaluate: the val choice of the last in-training evaluation, from
@@ -236,6 +243,7 @@ def test_two_processes_build_the_index_one_process_builds(indexed, tmp_path):
   assert not (tmp_path / 'two' / 'partial').exists()
 
 
+@pytest.mark.slow
 def test_another_checkpoint_at_the_same_step_is_not_taken_for_the_indexed_one(
     indexed, fragment_data, tmp_path):
   """A workdir whose checkpoint is another run's at the same step (a copy retrained, or two
@@ -264,6 +272,7 @@ def ranked_blocks(out):
            if re.match(r'\s+\d+\.', line)] for block in out.split('\nQuery ')[1:]]
 
 
+@pytest.mark.slow
 def test_a_query_changed_since_indexing_is_embedded_afresh(indexed, tmp_path):
   """An indexed file whose content changed is searched as it is now (its stale descriptor
   unused): as its new content would be from outside the folder, under the same name."""
@@ -286,6 +295,7 @@ def test_a_query_changed_since_indexing_is_embedded_afresh(indexed, tmp_path):
   assert now == fresh and now[0][0] == jpgs[-1]  # its new content's own copy, first
 
 
+@pytest.mark.slow
 def test_the_index_holds_the_evaluators_descriptors(fragment_evaluated, fragment_data, tmp_path):
   """The test split's files indexed as a collection: each image's descriptor is the one the
   evaluator scores it by (the same patches, embeddings, sum and the val-chosen power)."""

@@ -157,6 +157,7 @@ def fragments(folder, n):
           for f in names]
 
 
+@pytest.mark.slow
 def test_features_equal_the_reference_in_one_batch(fragment_data):
   rng = np.random.default_rng(5)
   greys = fragments(os.path.join(fragment_data, 'test'), 3)
@@ -180,6 +181,7 @@ def test_features_equal_the_reference_in_one_batch(fragment_data):
     np.testing.assert_array_equal(f, lbp_host.lbp_features(g, m, threshold=5))
 
 
+@pytest.mark.slow
 def test_features_padded_equal_the_image_alone():
   img = texture('lines', 3, size=101)[:, :91]  # odd sides: an odd number of centres
   mask = lbp.fragment_mask(img)

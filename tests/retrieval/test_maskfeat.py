@@ -100,6 +100,7 @@ def pretrained(fragment_data, tmp_path_factory):
                                str(tmp_path_factory.mktemp('maskfeat') / 'workdir'))
 
 
+@pytest.mark.slow
 def test_pretraining_evaluates_reconstruction_and_the_writer_probe(pretrained, fragment_data):
   """metrics.json's probe mAP equals one computed here from the trunk (mean token, summed
   over a fragment's patches, power 0.4, L2, every other fragment ranked); the masked HOG
@@ -143,6 +144,7 @@ def finetune_config(init_from, **args):
   return config
 
 
+@pytest.mark.slow
 def test_finetune_starts_from_the_pretrained_trunk(pretrained, fragment_data, tmp_path):
   config = finetune_config(pretrained)
   config.data.dir = fragment_data
@@ -182,6 +184,7 @@ def test_finetune_from_another_trunk_is_one_line(pretrained):
     train.init_state(config, task, parallel.make_mesh(config.mesh))
 
 
+@pytest.mark.slow
 def test_finetune_cli_from_the_pretrained_workdir(pretrained, fragment_data, tmp_path):
   workdir = tmp_path / 'finetune'
   result = run_module('launch.train', '--config=configs/fragments.py:recipe=saghog,size=test', '--data',

@@ -39,6 +39,7 @@ def read_nth(paths, i):
   return reader.decode(paths[i])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('device', [False, True])
 def test_patches_and_srs_lbp_are_those_the_code_before_drew(fragment_data, device):
   """In worker processes (a CPU-only machine) or with the device kernels (an accelerator):
@@ -160,6 +161,7 @@ def test_surrogate_classes_follow_the_descriptors():
   np.testing.assert_array_equal(labels, surrogate.cluster(sift, 40, seed=0))
 
 
+@pytest.mark.slow
 def test_surrogate_training_needs_no_writer_labels(fragment_data, tmp_path):
   config = fragment_configs.get_config('test')
   config.data.dir = fragment_data
@@ -170,6 +172,7 @@ def test_surrogate_training_needs_no_writer_labels(fragment_data, tmp_path):
   assert (labels == labels[:, :1]).all()  # K patches of one class per row
 
 
+@pytest.mark.slow
 def test_one_workdir_evaluated_on_two_datasets(fragment_data, fragment_evaluated, tmp_path):
   """Cached baselines are keyed by the data: scores on other data are that data's."""
   other = tmp_path / 'other'

@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 from flax import nnx
+import pytest
 
 from conftest import run_module
 
@@ -53,6 +54,7 @@ def test_the_probe_in_a_fragments_run_scores_the_backbone_as_it_is(fragment_data
                              average_precision(distances, src.page_ids), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_an_evaluator_runs_on_its_own_schedule(fragment_data, tmp_path):
   """val every 2 steps, test only at the last: the log says which ran when."""
   workdir = tmp_path / 'run'

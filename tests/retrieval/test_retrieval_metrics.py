@@ -71,6 +71,7 @@ def assert_same(got, want):
     assert abs(got[key] - want[key]) <= 1e-6, (key, got[key], want[key])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('metric,block_size', [('euclidean', 7), ('cosine', 16), ('cityblock', 32)])
 def test_matches_reference(metric, block_size):
   x, writer, _ = make_data(metric)

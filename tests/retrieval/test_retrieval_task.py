@@ -134,6 +134,7 @@ def test_val_writers_are_held_out_of_training(fragment_data):
     data.listing(config, 'val')
 
 
+@pytest.mark.slow
 def test_predict_says_in_one_line_that_fragments_have_no_predictor(fragment_data,
                                                                    fragment_evaluated):
   result = run_module('launch.predict', '--config=configs/fragments.py:test', '--data',

@@ -2,6 +2,7 @@
 fragment's patches are those of the fragment at each scale, the native ones unchanged, and
 SRS-LBP stays the native fragment's."""
 import numpy as np
+import pytest
 
 from configs import fragments
 from retrieval.fragments import data
@@ -15,6 +16,7 @@ def _source(fragment_data, tmp_path, split, **scales):
   return data.source(config, str(tmp_path), split)
 
 
+@pytest.mark.slow
 def test_a_fragment_holds_its_patches_at_every_scale(fragment_data, tmp_path):
   native = _source(fragment_data, tmp_path, 'test')
   both = _source(fragment_data, tmp_path, 'test', eval_scales=(1.0, 1.5))

@@ -85,6 +85,7 @@ def assert_same_nearest(searcher, host, q, q_lbp, top, exclude):
   np.testing.assert_allclose(dist, ref_dist, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', INDEXES)
 def test_device_nearest_ranks_as_the_host_search(name):
   searcher = search.Searcher.of(INDEXES[name]())
@@ -102,6 +103,7 @@ def test_device_nearest_ranks_as_the_host_search(name):
                       np.concatenate([lbp[:5], lbp[:2]]), 7, [-1] * 5 + [0, 1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', INDEXES)
 def test_device_closest_pairs_are_the_host_pairs(name, monkeypatch):
   monkeypatch.setattr(search, 'MIN_SPAN', search.BLOCK)  # several parts at this size
@@ -184,6 +186,7 @@ def test_a_match_changed_since_indexing_is_named_with_what_to_do(tmp_path, damag
                                           (str(changed), 'm', 'grey')])])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('whitening_dims, fusion_weight', [(0, 0.0), (8, 0.0), (8, 0.4)])
 def test_the_search_ranks_as_the_evaluator_scores(whitening_dims, fusion_weight):
   """The two fused distances, one function of the settings: search.Searcher over the

@@ -3,9 +3,12 @@ identification trains, resumes and evaluates through the shared CLIs."""
 import json
 import os
 
+import pytest
+
 from conftest import run_module
 
 
+@pytest.mark.slow
 def test_writer_identification_trains_and_scores_held_out_pages(fragment_data, tmp_path):
   workdir = tmp_path / 'writer-id'
   args = ['--config=configs/writer_id.py:test', '--data', fragment_data, '--workdir', workdir]
@@ -23,6 +26,7 @@ def test_writer_identification_trains_and_scores_held_out_pages(fragment_data, t
   assert os.path.exists(workdir / 'eval' / 'report.html')
 
 
+@pytest.mark.slow
 def test_the_page_split_holds_out_one_page_per_writer(fragment_data, tmp_path):
   from configs import writer_id
   from retrieval.writer_id import data

@@ -178,6 +178,7 @@ def address(process):
   raise AssertionError(f'launch.serve ended: {process.wait()} {process.stderr.read()[-2000:]}')
 
 
+@pytest.mark.slow
 def test_serve_beyond_loopback_prints_a_token_and_requires_it(collection, tmp_path):
   root, folder, _ = collection
   workdir = tmp_path / 'workdir'
