@@ -1,4 +1,4 @@
-"""Training with the workbench's decisions (issue 41, part 3): the classes they make beside
+"""Training with the workbench's decisions: the classes they make beside
 the surrogate ones, the batches that hold a rejected pair together, the snapshot a resumed
 run reads, and the config check."""
 import os

@@ -1,4 +1,4 @@
-"""Safe by default (issue 41, part 4): only images of the index under its folder are served; an
+"""Safe by default: only images of the index under its folder are served; an
 upload that is not an image, too large, or a decompression bomb is refused in one message and
 nothing is stored; a decision on a file changed since indexing is refused; beyond loopback an
 access token is required; a POST from another site's form, or a Host that is not loopback, is
