@@ -161,7 +161,7 @@ def test_a_refused_multiprocess_job_ends_in_every_process(grapheme_data, tmp_pat
 @pytest.mark.slow
 def test_second_run_refused_while_the_first_trains_and_evaluate_reads_beside_it(
     grapheme_data, tmp_path):
-  """The issue's case: the same command started twice, 2 s apart; and evaluate while the run
+  """A user's slip: the same command started twice, 2 s apart; and evaluate while the run
   trains."""
   workdir = tmp_path / 'run'
   args = ['--config=configs/grapheme.py:test', '--data', grapheme_data, '--workdir',
