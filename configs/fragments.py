@@ -69,8 +69,9 @@ def saghog(c, size):
   c.train.layer_decay.rate = 0.25
   c.eval.update(power=0.4)
   if size == 'demo':
-    # 490 steps: the ResNet demo's CPU time, on its writer labels, so only the model and
-    # optimizer differ; layer decay 0.75: val's choice (record saghog-demo-ld0.75).
+    # 490 steps: the CPU time of the ResNet demo's recipe then (600 steps of 32 px patches),
+    # on its writer labels, so only the model and optimizer differ; layer decay 0.75: val's
+    # choice (record saghog-demo-ld0.75).
     c.train.update(labels='writer', steps=490)
     c.train.layer_decay.rate = 0.75
     c.model.init_from = 'workdirs/maskfeat-demo'
@@ -96,9 +97,9 @@ def get_config(arg='demo'):
   # decisions: the workbench's database (launch.serve --db): accepted and rejected pairs of a
   # collection trained beside its surrogate classes (retrieval/collections/learn.py).
   c.data.decisions = ''
-  # Training and evaluation read 32x32 binarised patches centred on ink at SIFT keypoints, at
-  # each fragment's own resolution (retrieval/features/patches.py), at most max_patches a fragment,
-  # with an ink share within ink_bounds.
+  # Training and evaluation read patch_size x patch_size binarised patches centred on ink at
+  # SIFT keypoints, at each fragment's own resolution (retrieval/features/patches.py), at
+  # most max_patches a fragment, with an ink share within ink_bounds.
   # scales: training cuts every fragment at each of these sizes (scale augmentation: the
   # same hand as scanned at other resolutions); eval_scales: its test-time counterpart, a
   # fragment's descriptor summing the patches of every scale (retrieval/fragments/data.py).
@@ -166,10 +167,13 @@ def get_config(arg='demo'):
     c.model.args = dict(depth=8, width=4, dtype='float32')
     c.model.embedding_dim = 16
   elif a.data != 'collection':
-    # Chosen on the validation family (retrieval/synthetic/synth_val.py): the scales in
-    # training and at test time (record fragfam-scales); lr 8e-3 (record fragfam-lr8e-3).
-    c.input.update(scales=(0.7, 1.0, 1.4), eval_scales=(0.7, 1.0, 1.4))
-    c.train.lr = 8e-3
+    # The sweep `recipe`'s choice on the validation family (retrieval/synthetic/synth_val.py;
+    # get_sweeps below; record sweep-fragments-recipe): its trial 3. Scored once, at the end.
+    c.input.update(patch_size=48, max_patches=32, scales=(0.7, 1.0, 1.4),
+                   eval_scales=(0.7, 1.0, 1.4))
+    c.train.update(lr=0.007371026193352407, warmup_steps=50, steps=900, writers_per_batch=16)
+    for entry in c.evals.values():
+      entry.every = c.train.steps
   if a.size == 'hisfrag20':
     full_size(c)
   elif a.size == 'test':

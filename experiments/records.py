@@ -140,44 +140,44 @@ FAMILY_RUNS = (
     ('+ scale augmentation 0.7 / 1 / 1.4, in training and at test time: the family\'s '
      'choice', 'fragfam-scales'),
     ('the same at learning rate 4e-3 (2e-3 above)', 'fragfam-lr4e-3'),
-    ('the same at learning rate 8e-3: the family\'s choice, `make demo-fragments`',
+    ('the same at learning rate 8e-3: the family\'s choice by hand, the sweep\'s trial 0',
      'fragfam-lr8e-3'),
     ('the same with SAGHOG\'s multi-similarity constants (alpha 2, beta 40, base 0.2; '
      'ours 2 / 50 / 0.5): not taken', 'fragfam-lr8e-3-ms-saghog'),
     ('the same (ours) with P x K = 32 writers x 8 patches (16 x 16): not taken',
      'fragfam-lr8e-3-pk32x8'),
-    ('upper bound, chooses nothing: `make demo-fragments`\' recipe trained on 60 writers in '
+    ('upper bound, chooses nothing: the 8e-3 recipe trained on 60 writers in '
      'the family\'s look, training\'s fonts (`synth_val --train 60`)', 'fragfam-lr8e-3-upper'),
-    ('`make demo-fragments`\' recipe with 48 px patches (32): not taken, and more than twice '
+    ('the 8e-3 recipe with 48 px patches (32): not taken, and more than twice '
      'the training time', 'fragfam-lr8e-3-patch48'),
-    ('`make demo-fragments`\' model (the 8e-3 row\'s) scored at one scale, 1.0 (0.7 / 1 / '
+    ('the 8e-3 recipe\'s model scored at one scale, 1.0 (0.7 / 1 / '
      '1.4): what the test-time half of the scales does', 'fragfam-lr8e-3-evalscale1'),
-    ('`make demo-fragments`\' model scored with up to 96 patches a fragment (48)',
+    ('the 8e-3 recipe\'s model scored with up to 96 patches a fragment (48)',
      'fragfam-lr8e-3-evalpatches96'),
-    ('`make demo-fragments`\' model, its patches aggregated by VLAD over 8 k-means centres '
+    ('the 8e-3 recipe\'s model, its patches aggregated by VLAD over 8 k-means centres '
      '(summed): not taken', 'fragfam-lr8e-3-evalvlad'),
-    ('`make demo-fragments`\' recipe trained on 500 surrogate classes (k-means of the '
+    ('the 8e-3 recipe trained on 500 surrogate classes (k-means of the '
      'patches\' SIFT descriptors) instead of writer labels: not taken',
      'fragfam-lr8e-3-surrogate'),
-    ('`make demo-fragments`\' recipe for 1,200 steps (600): over the demo\'s budget, not '
-     'taken', 'fragfam-lr8e-3-steps1200'),
-    ('`make demo-fragments`\' recipe trained and scored with up to 96 patches a fragment '
+    ('the 8e-3 recipe for 1,200 steps (600): over the demo\'s budget then, '
+     'not taken', 'fragfam-lr8e-3-steps1200'),
+    ('the 8e-3 recipe trained and scored with up to 96 patches a fragment '
      '(48): not taken', 'fragfam-lr8e-3-patches96'),
-    ('`make demo-fragments`\' recipe with NetRVLAD pooling (16 clusters) in place of GeM: '
+    ('the 8e-3 recipe with NetRVLAD pooling (16 clusters) in place of GeM: '
      'not taken', 'fragfam-lr8e-3-netrvlad'),
     ('the ViT recipe as `make demo-saghog` trains it (`configs/fragments.py:recipe=saghog`: '
      'MaskFeat-pre-trained, NetRVLAD, layer decay 0.75, 490 steps): below SRS-LBP',
      'fragfam-saghog'),
-    ('`make demo-fragments`\' recipe with a ResNet-32 trunk (20): not taken',
+    ('the 8e-3 recipe with a ResNet-32 trunk (20): not taken',
      'fragfam-lr8e-3-depth32'),
-    ('`make demo-fragments`\' recipe warmed up over 150 steps (50): not taken',
+    ('the 8e-3 recipe warmed up over 150 steps (50): not taken',
      'fragfam-lr8e-3-warmup150'),
     ('the ViT recipe at learning rate 4e-3 (2e-3): not taken', 'fragfam-saghog-lr4e-3'),
     ('the ViT recipe at learning rate 1e-3: not taken', 'fragfam-saghog-lr1e-3'),
     ('the ViT recipe with layer decay 0.9 (0.75): not taken', 'fragfam-saghog-ld0.9'),
-    ('`make demo-fragments`\' recipe with a trunk of width 24 (16): not taken',
+    ('the 8e-3 recipe with a trunk of width 24 (16): not taken',
      'fragfam-lr8e-3-width24'))
-# The README's: `make demo-fragments`' recipe on the three sets, one row a set.
+# The README's: `make demo-fragments`' recipe (the sweep's choice) on the three sets.
 FRAGMENTS_SUMMARY = (('SRS-LBP writer mAP', 'srs_lbp/writer/map'),
                      ('encoder + post-processing', 'tuned/writer/map'), ('x SRS-LBP', 'ratio/tuned'),
                      ('writer Top-1', 'tuned/writer/top1'), ('page mAP', 'tuned/page/map'))
@@ -227,7 +227,8 @@ SETUP_SIZES = (('demo venv, fresh', 'demo_venv_mb'), ('test venv', 'test_venv_mb
                ('chromium-common', 'debian_chromium_common_mb'))
 
 # A sweep's table is drawn from its record alone: every trial, the baseline and the choice.
-SWEEP_TABLES = {'grapheme-lr_tau-sweep': 'sweep-grapheme-lr_tau'}
+SWEEP_TABLES = {'grapheme-lr_tau-sweep': 'sweep-grapheme-lr_tau',
+                'fragments-recipe-sweep': 'sweep-fragments-recipe'}
 # The sweep's choice and the settings it replaced, on every set, after the choice was made.
 SWEEP_CHOICE = (('validation family (chose)', '-val-family', 'test/combined/all/score'),
                 ('its unseen', '-val-family', 'test/combined/unseen/score'),
@@ -243,6 +244,14 @@ TABLES = {
          'sweep-grapheme-lr_tau-baseline', ''),
         ("the sweep's choice, trial 1: lr 0.0317, tau 0.0: `make demo`",
          'sweep-grapheme-lr_tau-chosen', ''))),
+    'fragments-recipe-choice': (FAMILY_COLUMNS, (
+        ('the settings before the sweep, its trial 0: lr 8e-3, warm-up 50, 600 steps, P 16, '
+         '32 px patches, up to 48 a fragment, scales 0.7 / 1 / 1.4',
+         'sweep-fragments-recipe-baseline', ''),
+        ("the sweep's choice, trial 3: lr 0.0074, warm-up 50, 900 steps, P 16, 48 px "
+         "patches, up to 32 a fragment, scales 0.7 / 1 / 1.4: `make demo-fragments`",
+         'sweep-fragments-recipe-chosen', ''),
+    )),
     'compile-time': (COMPILE_TIME, (
         ("the trainer's step (`bench/train_step.py`'s case)", 'compile-time', 'step/'),
         ('plain SGD in place of global-norm clipping + AdamW', 'compile-time', 'sgd/'),
@@ -372,9 +381,9 @@ TABLES = {
     'fragments-family': (FAMILY_COLUMNS, tuple(
         (label, record, '') for label, record in FAMILY_RUNS)),
     'fragments-summary': (FRAGMENTS_SUMMARY, (
-        ('validation family: chooses', 'fragfam-lr8e-3', 'valfam/'),
-        ('own test (30 writers): reports', 'fragfam-lr8e-3', 'test/'),
-        ('third draw (32 writers): reports', 'fragfam-lr8e-3', 'third/'))),
+        ('validation family: chooses', 'sweep-fragments-recipe-chosen', 'valfam/'),
+        ('own test (30 writers): reports', 'sweep-fragments-recipe-chosen', 'test/'),
+        ('third draw (32 writers): reports', 'sweep-fragments-recipe-chosen', 'third/'))),
     'family-ceiling': (CEILING_COLUMNS, (
         ('the validation family (chooses)', 'family-ceiling', 'valfam/'),
         ('the third draw (reports)', 'family-ceiling', 'third/'),

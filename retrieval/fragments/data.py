@@ -2,7 +2,7 @@
 patches at native scale (retrieval/features/patches.py), kept in a memory-mapped cache, and endless
 P x K batches (P classes, K patches each) for the metric-learning losses.
 
-The cache holds only what training and evaluation read: binarised 32x32 patches (1 byte a
+The cache holds only what training and evaluation read: binarised patches (1 byte a
 pixel) and their SIFT descriptors, bounded by input.max_patches per fragment, instead of
 every decoded pixel.
 """
